@@ -1,0 +1,1 @@
+"""Synthetic data generators and loaders of data bundled in pip packages."""

@@ -1,0 +1,1 @@
+"""Shared small models used by more than one paper."""

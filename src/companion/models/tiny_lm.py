@@ -1,0 +1,32 @@
+"""Tiny causal language models built from ``transformers`` configs (never a hub download)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+
+def tiny_gpt2(vocab: int, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_positions: int = 64,
+              seed: int = 0) -> GPT2LMHeadModel:
+    """A GPT-2 decoder with a small config, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                        n_positions=n_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config)
+
+
+def tiny_llama(vocab: int, n_layer: int = 2, hidden: int = 64, n_head: int = 4, intermediate: int = 128,
+               max_positions: int = 128, seed: int = 0) -> LlamaForCausalLM:
+    """A Llama decoder (RMSNorm, RoPE, SwiGLU) with a small config, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=n_layer, num_attention_heads=n_head,
+                         num_key_value_heads=n_head, max_position_embeddings=max_positions,
+                         bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=False)
+    return LlamaForCausalLM(config)
+
+
+def n_params(model: torch.nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,1 @@
+"""One module per paper; each defines Params, run(params) and check(results)."""
