@@ -111,12 +111,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """Re-execute notebooks at the quick preset and store them (and their results) in notebooks/."""
+    from companion.runner import store
+
+    slugs = args.slugs or list(registry.PAPERS)
+    failed = [slug for slug in slugs if not store(slug, force=args.force)]
+    for slug in failed:
+        print(f"failed: {slug} (see notebooks/{slug}.results.json)", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``companion`` command."""
     parser = _Parser(prog="companion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="list the papers and their last verdicts").set_defaults(func=cmd_list)
     sub.add_parser("status", help="last run, runtime and verdicts per paper").set_defaults(func=cmd_status)
+    store = sub.add_parser("store", help="refresh the stored notebooks at the quick preset (make notebooks)")
+    store.add_argument("slugs", nargs="*", help="papers to refresh (default: all)")
+    store.add_argument("--force", action="store_true", help="rerun even when a cached run matches")
+    store.set_defaults(func=cmd_store)
     for name, func, helptext in (("run", cmd_run, "run one paper's notebook"),
                                  ("sweep", cmd_sweep, "sweep one parameter over a list of values")):
         p = sub.add_parser(name, help=helptext)

@@ -73,26 +73,34 @@ def notebook_parameters(path: Path) -> set[str]:
     raise ParamError(f"{path.name} has no cell tagged 'parameters'")
 
 
-def _hash_tree(h: "hashlib._Hash", root: Path, suffixes: tuple[str, ...] | None = None) -> None:
-    """Feed every file under ``root`` (path and bytes, sorted) into ``h``."""
+def _hash_tree(h: "hashlib._Hash", root: Path, suffixes: tuple[str, ...] | None = None,
+               skip: Path | None = None) -> None:
+    """Feed every file under ``root`` (path and bytes, sorted) into ``h``, except under ``skip``."""
     if not root.exists():
         return
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts or (suffixes and path.suffix not in suffixes):
+            continue
+        if skip is not None and path.is_relative_to(skip):
             continue
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
 
 
 def cache_key(paper: registry.Paper, params: BaseParams, root: Path) -> str:
-    """Content hash of everything that determines a run's results."""
+    """Content hash of what determines a run: notebook cells, params, shared library and this
+    paper's module (other papers' modules do not matter), shipped data, package versions."""
     h = hashlib.sha256()
     nb = nbformat.read(paper.notebook(root), as_version=4)
     for cell in nb.cells:
         h.update(cell.cell_type.encode())
         h.update(cell.source.encode())
     h.update(json.dumps(params.to_dict(), sort_keys=True).encode())
-    _hash_tree(h, Path(__file__).resolve().parent, (".py",))
+    library = Path(__file__).resolve().parent
+    papers = library / "papers"
+    _hash_tree(h, library, (".py",), skip=papers)
+    own = papers / (paper.module_name.rsplit(".", 1)[-1] + ".py")
+    h.update(own.read_bytes() if own.is_file() else b"")
     _hash_tree(h, root / "data")
     versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
     h.update("\n".join(versions).encode())
@@ -264,3 +272,19 @@ def latest(root: Path, slug: str) -> dict[str, Any] | None:
             except json.JSONDecodeError:
                 continue
     return None
+
+
+def store(slug: str, force: bool = False, root: Path | None = None) -> bool:
+    """Run ``slug`` at the quick preset and keep it as the stored notebook and results record."""
+    root = root or registry.project_root()
+    outcome = execute(slug, "quick", {}, force=force, root=root)
+    print(f"{slug}: {outcome.results['status']} in {outcome.results['provenance']['wall_seconds']:.1f} s"
+          + (" (cached)" if outcome.cached else ""))
+    if not outcome.ok:
+        print(f"  {outcome.results['error']}", file=sys.stderr)
+    elif (outcome.folder / "notebook.ipynb").is_file():
+        nb = nbformat.read(outcome.folder / "notebook.ipynb", as_version=4)
+        nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+        nbformat.write(nb, registry.get(slug).notebook(root))
+    write_json_atomic(root / "notebooks" / f"{slug}.results.json", outcome.results)
+    return outcome.ok

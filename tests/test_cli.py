@@ -1,0 +1,95 @@
+"""The companion command: exit codes, one-line refusals before compute, runner contract, cache."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from companion import cli, registry
+
+CONTRACT_KEYS = {"paper", "status", "error", "params", "claims", "metrics", "provenance"}
+CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict"}
+PROVENANCE_KEYS = {"commit", "dirty", "versions", "device", "started", "wall_seconds", "cache_key"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "no-such-paper"], ["unknown paper 'no-such-paper'", "fdiv-losses"]),
+    (["run", "../etc"], ["unknown paper '../etc'"]),
+    (["run", "fdiv-losses", "-p", "no_such=1"], ["unknown parameter 'no_such'"]),
+    (["run", "fdiv-losses", "-p", "seeds=-1"], ["'seeds'", "-1", "out of range"]),
+    (["run", "fdiv-losses", "-p", "seeds=abc"], ["'seeds'", "'abc'", "not an int"]),
+    (["run", "fdiv-losses", "-p", "seeds"], ["NAME=VALUE"]),
+    (["run", "fdiv-losses", "--preset", "huge"], ["invalid choice: 'huge'"]),
+    (["sweep", "fdiv-losses", "-p", "lm_steps=300"], ["exactly one parameter"]),
+    (["sweep", "fdiv-losses", "-p", "lm_steps=300,x"], ["'lm_steps'", "'x'"]),
+    (["sweep", "fdiv-losses", "-p", "lm_losses=kl,js"], ["takes a list"]),
+    (["bogus"], ["invalid choice"]),
+])
+def test_usage_errors_exit_2_with_one_line(argv, words, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("companion: error:")
+    for word in words:
+        assert word in err
+
+
+def test_list_names_every_registered_paper(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for slug in registry.PAPERS:
+        assert slug in out
+
+
+@pytest.mark.slow
+def test_run_writes_the_contract_and_answers_repeats_from_cache(toy_project, capsys):
+    assert cli.main(["run", "toy-paper", "-p", "seeds=4"]) == 0
+    first = capsys.readouterr().out
+    folder = toy_project / first.split("run folder: ")[1].strip()
+    res = json.loads((folder / "results.json").read_text())
+    assert set(res) == CONTRACT_KEYS and res["status"] == "ok" and res["error"] is None
+    assert set(res["claims"][0]) >= CLAIM_KEYS and res["claims"][0]["verdict"] == "HOLDS"
+    assert set(res["provenance"]) == PROVENANCE_KEYS and res["params"]["seeds"] == 4
+    assert (folder / "notebook.ipynb").is_file()
+    assert "papermill" not in json.loads((folder / "notebook.ipynb").read_text())["metadata"]
+
+    t0 = time.perf_counter()
+    assert cli.main(["run", "toy-paper", "-p", "seeds=4"]) == 0
+    assert time.perf_counter() - t0 < 10
+    assert "from cache" in capsys.readouterr().out
+
+    assert cli.main(["run", "toy-paper", "-p", "seeds=4", "--force"]) == 0
+    assert "from cache" not in capsys.readouterr().out
+    assert len(list((toy_project / "runs" / "toy-paper").iterdir())) == 2
+
+
+@pytest.mark.slow
+def test_failing_notebook_is_recorded_and_exits_1(toy_project, capsys):
+    assert cli.main(["run", "toy-paper", "-p", "fail=true"]) == 1
+    captured = capsys.readouterr()
+    assert "ValueError: boom from the toy paper" in captured.err
+    res = json.loads(next((toy_project / "runs" / "toy-paper").glob("*/results.json")).read_text())
+    assert res["status"] == "failed" and "cell" in res["error"] and "ValueError" in res["error"]
+
+
+@pytest.mark.slow
+def test_sweep_writes_csv_and_png(toy_project, capsys):
+    out = toy_project / "sweep"
+    assert cli.main(["sweep", "toy-paper", "-p", "level=0.2,0.9", "--seeds", "2", "--out", str(out)]) == 0
+    csv = (out / "sweep.csv").read_text().splitlines()
+    assert csv[0].startswith("level,claim,value") and len(csv) == 3
+    assert "FAILS" in csv[1] and "HOLDS" in csv[2]
+    assert (out / "sweep.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_store_refreshes_the_stored_notebook_without_volatile_metadata(toy_project):
+    from companion.runner import store
+
+    assert store("toy-paper", root=toy_project)
+    nb = json.loads((toy_project / "notebooks" / "toy-paper.ipynb").read_text())
+    assert "papermill" not in nb["metadata"]
+    assert all(c.get("execution_count") is None for c in nb["cells"])
+    assert not any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
+    assert json.loads((toy_project / "notebooks" / "toy-paper.results.json").read_text())["status"] == "ok"
