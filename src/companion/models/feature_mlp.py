@@ -1,0 +1,73 @@
+"""A small ReLU MLP classifier whose penultimate activations serve as features (OOD scorers, probes).
+
+Initialisation and minibatch order come from an explicit ``torch.Generator``, so the same seed
+gives the same network on the same machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class FeatureMLP(nn.Module):
+    """``in -> hidden[0] -> ... -> hidden[-1] -> classes`` with ReLU; ``features`` is the last hidden layer."""
+
+    def __init__(self, sizes: tuple[int, ...], n_classes: int, generator: torch.Generator) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(sizes[-1], n_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                _init_linear(m, generator)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits, shape (n, classes)."""
+        return self.head(self.body(x))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Post-ReLU penultimate activations, shape (n, sizes[-1])."""
+        return self.body(x)
+
+
+def _init_linear(layer: nn.Linear, generator: torch.Generator) -> None:
+    """PyTorch's default uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)) init, drawn from ``generator``."""
+    bound = 1.0 / math.sqrt(layer.in_features)
+    with torch.no_grad():
+        layer.weight.uniform_(-bound, bound, generator=generator)
+        layer.bias.uniform_(-bound, bound, generator=generator)
+
+
+def train_mlp(X: np.ndarray, y: np.ndarray, sizes: tuple[int, ...], n_classes: int,
+              generator: torch.Generator, epochs: int = 60, lr: float = 1e-3,
+              weight_decay: float = 1e-4, batch: int = 64) -> FeatureMLP:
+    """Train a :class:`FeatureMLP` with Adam and cross-entropy on ``X`` (n, sizes[0]), ``y`` (n,)."""
+    model = FeatureMLP(sizes, n_classes, generator)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    Xt = torch.as_tensor(X, dtype=torch.float32)
+    yt = torch.as_tensor(y, dtype=torch.long)
+    for _ in range(epochs):
+        order = torch.randperm(len(Xt), generator=generator)
+        for start in range(0, len(Xt), batch):
+            idx = order[start:start + batch]
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(Xt[idx]), yt[idx]).backward()
+            opt.step()
+    return model.eval()
+
+
+def extract(model: FeatureMLP, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Logits (n, classes) and penultimate features (n, d), both float64, computed in float64."""
+    with torch.no_grad():
+        m64 = model.double()
+        Xt = torch.as_tensor(X, dtype=torch.float64)
+        feats = m64.features(Xt)
+        logits = m64.head(feats)
+        model.float()
+    return logits.numpy(), feats.numpy()

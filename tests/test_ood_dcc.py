@@ -1,0 +1,213 @@
+"""Unit checks of the DCC reproduction (ood-dcc): closed form, reductions, baselines, metrics, data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.covariance import EmpiricalCovariance
+from sklearn.metrics import roc_auc_score
+from sklearn.neighbors import NearestNeighbors
+
+from companion.data import digits_ood
+from companion.models.feature_mlp import extract, train_mlp
+from companion.papers import ood_dcc as p
+from companion.params import ParamError
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matrices: one torch thread is faster, and the previous setting is restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _features(rng: np.random.Generator, n: int = 300, D: int = 12, C: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative class-structured features with two dead units (zero variance)."""
+    y = rng.integers(0, C, n)
+    centres = rng.uniform(0, 2, (C, D))
+    f = np.maximum(centres[y] + rng.normal(0, 0.5, (n, D)) * rng.uniform(0.05, 1, D), 0)
+    f[:, :2] = 0.0
+    return f, y
+
+
+@pytest.fixture
+def fit() -> p.GaussianFit:
+    f, y = _features(np.random.default_rng(0))
+    return p.GaussianFit(f, y, 3, normalize=True, ridge=1e-6)
+
+
+def test_closed_form_matches_explicit_inverse(fit: p.GaussianFit) -> None:
+    test = _features(np.random.default_rng(1), n=40)[0] + np.random.default_rng(2).uniform(0, 0.3, (40, 12))
+    r = 6
+    d, d_maha, A = fit.dcc(test, r)
+    np.testing.assert_allclose(d, fit.dcc_reference(test, r), rtol=1e-8)
+    U, lam = fit.residual_basis(r)
+    a, m = fit.prep(test) @ U, fit.means @ U
+    B = (a / lam) @ m.T
+    np.testing.assert_allclose(d, d_maha - (A[:, None] - B) ** 2 / (A[:, None] - 1), rtol=1e-12)
+    v = fit.prep(test) @ U @ U.T
+    np.testing.assert_allclose(A, np.einsum("nd,de,ne->n", v, fit.precision, v), rtol=1e-8)
+
+
+def test_r0_is_mahanorm_and_small_A_increases_distance(fit: p.GaussianFit) -> None:
+    test = _features(np.random.default_rng(3), n=20)[0]
+    d, d_maha, _ = fit.dcc(test, 0)
+    np.testing.assert_array_equal(d, fit.maha(test))
+    # a well-spread fit with Sigma >> I makes A = f^T Sigma^-1 f < 1: the positive-definite branch
+    rng = np.random.default_rng(4)
+    big = p.GaussianFit(rng.normal(0, 1, (500, 5)) * 10, np.zeros(500, int), 1, normalize=False, ridge=0.0)
+    x = rng.normal(0, 1, (30, 5))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    d, d_maha, A = big.dcc(x, 5)
+    assert np.all(A < 1)
+    assert np.all(d >= d_maha)
+    np.testing.assert_allclose(d, big.dcc_reference(x, 5), rtol=1e-8)
+
+
+def test_residual_basis_is_smallest_eigenspace(fit: p.GaussianFit) -> None:
+    U, lam = fit.residual_basis(5)
+    evals = np.linalg.eigvalsh(fit.cov)
+    np.testing.assert_allclose(lam, evals[:5], rtol=1e-10)
+    np.testing.assert_allclose(U.T @ U, np.eye(5), atol=1e-12)
+    P = U @ U.T
+    np.testing.assert_allclose(P, P.T, atol=1e-14)
+    np.testing.assert_allclose(P @ P, P, atol=1e-12)
+    principal = fit.evecs[:, 5:]
+    v = P @ fit.prep(np.random.default_rng(5).uniform(0, 1, (7, 12))).T
+    np.testing.assert_allclose(principal.T @ v, 0, atol=1e-12)
+
+
+def test_normalisation_means_and_covariance() -> None:
+    f, y = _features(np.random.default_rng(6))
+    g = p.GaussianFit(f, y, 3, normalize=True, ridge=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(g.prep(f), axis=1), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(g.means[1], p.l2n(f)[y == 1].mean(axis=0), rtol=1e-12)
+    assert np.allclose(g.cov_raw, g.cov_raw.T)
+    assert np.linalg.eigvalsh(g.cov_raw).min() > -1e-12
+    assert np.linalg.eigvalsh(g.cov).min() > 0  # the ridge lifts the dead units
+
+
+def test_maha_with_identity_is_squared_euclidean() -> None:
+    rng = np.random.default_rng(7)
+    g = p.GaussianFit(rng.normal(size=(50, 4)), rng.integers(0, 2, 50), 2, normalize=False)
+    g.precision = np.eye(4)
+    x = rng.normal(size=(9, 4))
+    expect = ((x[:, None, :] - g.means[None]) ** 2).sum(-1)
+    np.testing.assert_allclose(g.maha(x), expect, rtol=1e-12)
+    np.testing.assert_allclose(p.min_score(g.maha(x)), -expect.min(axis=1))
+
+
+def test_vim_origin_alpha_and_residual() -> None:
+    rng = np.random.default_rng(8)
+    W, b = rng.normal(size=(3, 10)), rng.normal(size=3)
+    f = np.abs(rng.normal(size=(200, 10)))
+    logits = f @ W.T + b
+    vf = p.vim_fit(f, logits, W, b, pdim=4)
+    np.testing.assert_allclose((f - vf.u) @ W.T, logits, rtol=1e-10)
+    assert vf.alpha > 0
+    cov = EmpiricalCovariance(assume_centered=True).fit(f - vf.u).covariance_
+    principal = np.linalg.eigh(cov)[1][:, -4:]
+    np.testing.assert_allclose(principal.T @ vf.residual, 0, atol=1e-10)
+    np.testing.assert_allclose(p.vim_score(vf, f, logits), p.energy(logits) - vf.alpha * p.residual_norm(vf, f))
+
+
+def test_knn_matches_sklearn_and_is_zero_on_train_point() -> None:
+    rng = np.random.default_rng(9)
+    tr, te = rng.uniform(size=(80, 6)), rng.uniform(size=(15, 6))
+    nn = NearestNeighbors(n_neighbors=5).fit(p.l2n(tr))
+    np.testing.assert_allclose(-p.knn_score(tr, te, 5), nn.kneighbors(p.l2n(te))[0][:, -1], rtol=1e-7)
+    np.testing.assert_allclose(p.knn_score(tr, tr[:5], 1), 0, atol=1e-6)
+    # a larger k-th distance never gives a higher score
+    d = -p.knn_score(tr, te, 5)
+    s = p.knn_score(tr, te, 5)
+    assert np.all(np.diff(s[np.argsort(d)]) <= 1e-12)
+
+
+def test_fpr95_and_auroc() -> None:
+    rng = np.random.default_rng(10)
+    assert p.fpr_at_95_tpr(rng.uniform(2, 3, 500), rng.uniform(0, 1, 500)) == 0.0
+    same = p.fpr_at_95_tpr(rng.normal(size=10_000), rng.normal(size=10_000))
+    assert abs(same - 0.95) < 0.03
+    # the threshold uses ID scores only: shifting OOD scores below every ID score drives FPR to 0
+    s_id = rng.normal(size=1000)
+    assert p.fpr_at_95_tpr(s_id, s_id - 100) == 0.0
+    assert p.fpr_at_95_tpr(s_id, s_id) == pytest.approx(0.95, abs=0.002)
+    s_ood = np.round(rng.normal(0.5, 1, 700), 1)
+    s_id_r = np.round(s_id, 1)
+    expect = roc_auc_score(np.r_[np.ones(1000), np.zeros(700)], np.r_[s_id_r, s_ood])
+    assert p.auroc(s_id_r, s_ood) == pytest.approx(expect, rel=1e-12)
+
+
+def test_ood_generators_shapes_range_determinism() -> None:
+    split = digits_ood.split_digits(6, np.random.default_rng(0))
+    assert split.x_train.shape[1] == 64 and set(np.unique(split.y_train)) == set(range(6))
+    sets = digits_ood.ood_sets(split, digits_ood.OOD_SETS, np.random.default_rng(1))
+    again = digits_ood.ood_sets(split, digits_ood.OOD_SETS, np.random.default_rng(1))
+    for k, x in sets.items():
+        assert x.ndim == 2 and x.shape[1] == 64
+        assert x.min() >= 0 and x.max() <= 16
+        np.testing.assert_array_equal(x, again[k])
+    assert sets["photo"].shape == (600, 64) and sets["noise"].shape == (600, 64)
+    np.testing.assert_array_equal(digits_ood.rot90(digits_ood.rot90(digits_ood.rot90(digits_ood.rot90(
+        split.x_test)))), split.x_test)
+
+
+def test_scores_finite_and_negatives_counted_not_nan() -> None:
+    rng = np.random.default_rng(11)
+    X = rng.uniform(0, 1, (120, 8))
+    y = rng.integers(0, 3, 120)
+    model = train_mlp(X, y, (8, 16, 8), 3, torch.Generator().manual_seed(0), epochs=10)
+    logits, feats = extract(model, X)
+    params = p.Params.resolve("quick", feat_dim=16, residual_frac=0.5)
+    bank = p.Bank((logits, feats), y, (logits, feats), {"noise": extract(model, rng.uniform(0, 3, (50, 8)))},
+                  model.head.weight.detach().double().numpy(), model.head.bias.detach().double().numpy(), 1.0)
+    scores, norm = p.all_scores(bank, params)
+    for method in p.METHODS:
+        for s in scores[method].values():
+            assert np.all(np.isfinite(s)), method
+    # force the negative-distance branch: min_score stays finite where sqrt would give NaN
+    assert np.isfinite(p.min_score(np.array([[-1.0, 2.0]]))).all()
+    mech = p.mechanism(norm, bank, 4, rng, n_exact=10)
+    assert 0 <= mech["frac_negative"] <= 1 and mech["exact_err"] < 1e-6
+
+
+def test_training_is_deterministic() -> None:
+    X = np.random.default_rng(0).uniform(size=(64, 8))
+    y = np.arange(64) % 2
+    a = extract(train_mlp(X, y, (8, 8), 2, torch.Generator().manual_seed(3), epochs=3), X)[1]
+    b = extract(train_mlp(X, y, (8, 8), 2, torch.Generator().manual_seed(3), epochs=3), X)[1]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_params_reject_bad_values() -> None:
+    with pytest.raises(ParamError, match="unknown parameter"):
+        p.Params.resolve("quick", feat_dimm=64)
+    with pytest.raises(ParamError, match="is not an int"):
+        p.Params.resolve("quick", feat_dim="64")
+    with pytest.raises(ParamError, match="out of range"):
+        p.Params.resolve("quick", residual_frac=1.0)
+    with pytest.raises(ParamError, match="out of range"):
+        p.Params.resolve("quick", ood_sets=("near", "mnist"))
+    assert p.Params.resolve("full").seeds >= p.Params.resolve("quick").seeds >= 3
+
+
+def test_cached_features_path(tmp_path) -> None:
+    rng = np.random.default_rng(12)
+    W, b = rng.normal(size=(3, 16)), rng.normal(size=3)
+    for name, n in (("train", 150), ("test", 60), ("textures", 40)):
+        f = np.abs(rng.normal(size=(n, 16))) + (name == "textures")
+        np.save(tmp_path / f"{name}_feats.npy", f)
+        np.save(tmp_path / f"{name}_logits.npy", f @ W.T + b)
+    np.save(tmp_path / "train_labels.npy", rng.integers(0, 3, 150))
+    np.save(tmp_path / "head_W.npy", W)
+    np.save(tmp_path / "head_b.npy", b)
+    params = p.Params.resolve("paper", ood_sets=("textures",), features_dir=str(tmp_path), knn_k=5,
+                              seeds=3)
+    out = p.run_seed(params, 0)
+    assert {r["method"] for r in out["rows"]} == set(p.METHODS)
+    assert all(0 <= r["auroc"] <= 1 for r in out["rows"])
+    with pytest.raises(ParamError, match="features_dir"):
+        p.run(p.Params.resolve("paper"))
