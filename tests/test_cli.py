@@ -90,6 +90,7 @@ def test_store_refreshes_the_stored_notebook_without_volatile_metadata(toy_proje
     assert store("toy-paper", root=toy_project)
     nb = json.loads((toy_project / "notebooks" / "toy-paper.ipynb").read_text())
     assert "papermill" not in nb["metadata"]
-    assert all(c.get("execution_count") is None for c in nb["cells"])
+    counts = [c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code"]
+    assert counts == list(range(1, len(counts) + 1))
     assert not any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
     assert json.loads((toy_project / "notebooks" / "toy-paper.results.json").read_text())["status"] == "ok"

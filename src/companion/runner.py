@@ -132,17 +132,23 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
 
 
 def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Drop timestamps, durations and execution counts so that a rerun gives no diff."""
+    """Drop timestamps and durations, number code cells 1..n, so that a rerun gives no diff.
+
+    Execution counts stay (nbval treats a cell without one as unrun), renumbered so that a
+    removed injected-parameters cell leaves no gap.
+    """
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)
+    count = 0
     for cell in nb.cells:
         for key in VOLATILE_KEYS:
             cell.metadata.pop(key, None)
         if cell.cell_type == "code":
-            cell.execution_count = None
+            count += 1
+            cell.execution_count = count
             for out in cell.get("outputs", []):
                 if "execution_count" in out:
-                    out["execution_count"] = None
+                    out["execution_count"] = count
     return nb
 
 
@@ -285,6 +291,6 @@ def store(slug: str, force: bool = False, root: Path | None = None) -> bool:
     elif (outcome.folder / "notebook.ipynb").is_file():
         nb = nbformat.read(outcome.folder / "notebook.ipynb", as_version=4)
         nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-        nbformat.write(nb, registry.get(slug).notebook(root))
+        nbformat.write(strip_volatile(nb), registry.get(slug).notebook(root))
     write_json_atomic(root / "notebooks" / f"{slug}.results.json", outcome.results)
     return outcome.ok

@@ -1,0 +1,207 @@
+"""f-softargmax, Fenchel-Young losses and the Markov source: reductions, invariances, gradients."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from companion.data.markov import MarkovSource, bayes_accuracy, sample_sequences, sparse_markov_table
+from companion.fdivergence import (REGISTRY, FDivergence, bisect_tau, fy_loss, fy_loss_value, get_divergence,
+                                   primal_value, softargmax, softargmax_diff, softmax_value, tau_bounds)
+from companion.papers import fdiv_losses as paper
+from companion.params import ParamError
+
+NAMES = list(REGISTRY)
+SPARSE = {"chi2", "alpha1.5", "alpha2"}
+
+
+def logits(rows=32, k=12, scale=3.0, seed=0, dtype=torch.float64):
+    return scale * torch.randn(rows, k, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def sparsemax_sort(theta: torch.Tensor) -> torch.Tensor:
+    """Sort-based sparsemax (Martins & Astudillo 2016), the local reference."""
+    z, _ = theta.sort(-1, descending=True)
+    k = torch.arange(1, theta.shape[-1] + 1, dtype=theta.dtype)
+    cum = z.cumsum(-1)
+    support = (1 + k * z > cum).sum(-1, keepdim=True)
+    tau = (cum.gather(-1, support - 1) - 1) / support
+    return torch.clamp(theta - tau, min=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_outputs_are_distributions_and_only_sparse_families_have_zeros(name, dtype):
+    p = softargmax(REGISTRY[name], logits(dtype=dtype, scale=5), iters=50)
+    assert (p >= 0).all() and torch.allclose(p.sum(-1), torch.ones(32, dtype=dtype), atol=1e-6)
+    assert bool((p == 0).any()) == (name in SPARSE)
+
+
+def test_reductions_against_closed_forms_and_entmax():
+    entmax = pytest.importorskip("entmax")
+    theta, q = logits(k=50), 0.1 + torch.rand(50, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    torch.testing.assert_close(softargmax(REGISTRY["kl"], theta, q, 50), torch.softmax(theta + q.log(), -1),
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(softargmax(REGISTRY["alpha2"], theta, None, 50), sparsemax_sort(theta), rtol=0, atol=1e-10)
+    torch.testing.assert_close(softargmax(REGISTRY["alpha2"], theta, None, 50), entmax.sparsemax(theta, -1),
+                               rtol=0, atol=1e-10)
+    torch.testing.assert_close(softargmax(REGISTRY["alpha1.5"], theta, None, 50), entmax.entmax15(theta, -1),
+                               rtol=0, atol=1e-10)
+    for alpha in (1.25, 1.75):
+        torch.testing.assert_close(softargmax(get_divergence(f"alpha{alpha}"), theta, None, 60),
+                                   entmax.entmax_bisect(theta, alpha, n_iter=60), rtol=0, atol=1e-10)
+    # Pearson chi2 with f = (t - 1)^2 is sparsemax at temperature 2.
+    torch.testing.assert_close(softargmax(REGISTRY["chi2"], theta, None, 50), sparsemax_sort(theta / 2), rtol=0, atol=1e-10)
+
+
+def test_losses_equal_cross_entropy_and_entmax_losses():
+    entmax = pytest.importorskip("entmax")
+    theta, y = logits(k=20), torch.arange(32) % 20
+    torch.testing.assert_close(fy_loss_value(REGISTRY["kl"], theta, y, None, 50)[0],
+                               F.cross_entropy(theta, y, reduction="none"))
+    torch.testing.assert_close(fy_loss_value(REGISTRY["alpha1.5"], theta, y, None, 50)[0], entmax.entmax15_loss(theta, y))
+    torch.testing.assert_close(fy_loss_value(REGISTRY["alpha2"], theta, y, None, 50)[0], entmax.sparsemax_loss(theta, y))
+    torch.testing.assert_close(fy_loss_value(get_divergence("alpha1.3"), theta, y, None, 60)[0],
+                               entmax.entmax_bisect_loss(theta, y, 1.3, 60))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shift_invariance_ties_and_argmax(name):
+    div, theta = REGISTRY[name], logits()
+    p = softargmax(div, theta, None, 50)
+    torch.testing.assert_close(softargmax(div, theta + 7.5, None, 50), p)
+    assert (p.argmax(-1) == theta.argmax(-1)).all()
+    tied = theta.clone()
+    tied[:, 1] = tied[:, 0]
+    pt = softargmax(div, tied, None, 50)
+    torch.testing.assert_close(pt[:, 0], pt[:, 1])
+
+
+@pytest.mark.parametrize("name", ["kl", "js", "chi2", "alpha1.5", "hellinger"])
+def test_adding_linear_term_keeps_operator_and_scaling_is_temperature(name):
+    div, theta, c, lam = REGISTRY[name], logits(), 0.7, 2.5
+    plus = dataclasses.replace(div, f=lambda t: div.f(t) + c * (t - 1), fprime=lambda t: div.fprime(t) + c,
+                               g=lambda u: div.g(u - c))
+    torch.testing.assert_close(softargmax(plus, theta, None, 60), softargmax(div, theta, None, 60))
+    scaled = dataclasses.replace(div, f=lambda t: lam * div.f(t), fprime=lambda t: lam * div.fprime(t),
+                                 g=lambda u: div.g(u / lam))
+    torch.testing.assert_close(softargmax(scaled, theta, None, 60), softargmax(div, theta / lam, None, 60))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_primal_and_dual_values_agree(name):
+    q = 0.05 + torch.rand(12, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    theta = logits()
+    torch.testing.assert_close(primal_value(REGISTRY[name], theta, q, 60), softmax_value(REGISTRY[name], theta, q, 60),
+                               rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("revkl", "neyman")])
+def test_loss_is_nonnegative_zero_at_its_own_output_and_convex(name):
+    div, theta = REGISTRY[name], logits(k=8)
+    y = torch.arange(32) % 8
+    assert (fy_loss_value(div, theta, y, None, 50)[0] >= -1e-7).all()
+    p = softargmax(div, theta, None, 60)
+    assert fy_loss_value(div, theta, p, None, 60)[0].abs().max() < 1e-7
+    other = logits(k=8, seed=5)
+    mid = fy_loss_value(div, (theta + other) / 2, y, None, 50)[0]
+    ends = (fy_loss_value(div, theta, y, None, 50)[0] + fy_loss_value(div, other, y, None, 50)[0]) / 2
+    assert (mid <= ends + 1e-9).all()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_custom_gradient_is_p_minus_y_and_matches_finite_differences(name):
+    div = REGISTRY[name]
+    theta = logits(rows=4, k=6).requires_grad_()
+    y = torch.softmax(logits(rows=4, k=6, seed=9), -1)  # dense targets keep D_f(y, q) finite
+    fy_loss(div, theta, y, None, 60, shifted=False).sum().backward()
+    torch.testing.assert_close(theta.grad, softargmax(div, theta.detach(), None, 60) - y)
+    # float64 finite differences of the loss value itself
+    f = lambda t: fy_loss_value(div, t, y, None, 80)[0].sum()  # noqa: E731
+    base, eps = theta.detach(), 1e-4
+    fd = torch.zeros_like(base)
+    for i in range(base.shape[0]):
+        for j in range(base.shape[1]):
+            e = torch.zeros_like(base)
+            e[i, j] = eps
+            fd[i, j] = (f(base + e) - f(base - e)) / (2 * eps)
+    torch.testing.assert_close(theta.grad, fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["kl", "js", "hellinger", "alpha1.5", "chi2"])
+def test_operator_vjp_matches_gradcheck(name):
+    div = REGISTRY[name]
+    theta = torch.tensor([[1.3, 0.2, -0.4, 0.9, -2.0]], dtype=torch.float64, requires_grad=True)
+    # away from support changes: the sparse outputs keep their support under small perturbations
+    assert torch.autograd.gradcheck(lambda t: softargmax_diff(div, t, None, 80), (theta,), eps=1e-7, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bounds_bracket_the_root_even_for_extreme_logits_and_k1(name):
+    div = REGISTRY[name]
+    for theta in (logits(), logits(scale=1e4), torch.tensor([[3.0]], dtype=torch.float64)):
+        q = 0.05 + torch.rand(theta.shape[-1], generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+        for qq in (torch.ones_like(q), q):
+            shifted = theta - theta.max(-1, keepdim=True).values
+            lo, hi = tau_bounds(div, shifted, qq)
+            mass = lambda tau: (qq * div.g(shifted - tau[:, None])).sum(-1) - 1  # noqa: E731
+            assert (mass(lo) >= -1e-9).all() and (mass(hi) <= 1e-9).all()
+    p = softargmax(div, torch.tensor([[3.0]], dtype=torch.float64))
+    assert p.item() == pytest.approx(1.0)
+
+
+def test_infinite_f0_refuses_unshifted_one_hot_loss_but_shifted_works():
+    theta, y = logits(k=5), torch.arange(32) % 5
+    for name in ("revkl", "neyman"):
+        with pytest.raises(ValueError, match="infinite"):
+            fy_loss_value(REGISTRY[name], theta, y, shifted=False)
+        assert torch.isfinite(fy_loss(REGISTRY[name], theta, y)).all()
+
+
+def test_bisection_error_halves_per_step():
+    iters = list(range(2, 41, 2))
+    conv = paper.convergence(0, rows=16, k=50)
+    for name in SPARSE:
+        assert paper.error_slope(iters, conv[name]) < -0.25
+
+
+def test_markov_rows_supports_and_bayes_accuracy():
+    src = sparse_markov_table(10, 2, 4, 0.5, np.random.default_rng(0))
+    assert np.allclose(src.table.sum(-1), 1)
+    sizes = (src.table > 0).sum(-1)
+    assert sizes.min() >= 2 and sizes.max() <= 4
+    table = np.zeros((2, 2, 2))
+    table[..., 0], table[..., 1] = 0.75, 0.25
+    table[1, 1] = [0.1, 0.9]
+    seqs = np.array([[0, 0, 1, 1, 0]])  # contexts (0,0), (0,1), (1,1)
+    assert bayes_accuracy(MarkovSource(table), seqs) == pytest.approx((0.75 + 0.75 + 0.9) / 3)
+    a = sample_sequences(src, 5, 12, np.random.default_rng(1))
+    b = sample_sequences(src, 5, 12, np.random.default_rng(1))
+    assert (a == b).all() and a.max() < 10
+    assert all(src.table[s[t - 2], s[t - 1], s[t]] > 0 for s in a for t in range(2, 12))
+
+
+def test_params_validation():
+    assert paper.Params.resolve("full").lm_vocab == 64
+    with pytest.raises(ParamError, match="'clf_losses'"):
+        paper.Params.resolve(clf_losses=("kl", "nope"))
+    with pytest.raises(ParamError, match="'lm_vocab'"):
+        paper.Params.resolve(lm_vocab=4096)
+
+
+def test_claims_fail_when_the_measurement_says_so():
+    res = paper.Results(paper.Params.resolve(seeds=3))
+    res.reduction_errors = [{"x": 5.0}] * 3
+    res.general_errors = [0.1] * 3
+    res.slopes = {"chi2": -0.3}
+    res.clf_acc = {"kl": [0.97, 0.98, 0.97], "alpha1.5": [0.90, 0.91, 0.90]}
+    res.lm_acc = {"kl": [0.60, 0.61, 0.60], "alpha1.5": [0.61, 0.62, 0.60]}
+    res.lm_support = {"alpha1.5": [20.0, 21.0, 20.0]}
+    res.bayes = [0.64, 0.64, 0.64]
+    verdicts = {v.id: v.verdict for v in paper.check(res)}
+    assert verdicts == {"reductions": "FAILS", "bisection-general": "HOLDS", "bisection-rate": "HOLDS",
+                        "alpha15-clf": "FAILS", "alpha15-lm": "HOLDS", "lm-near-bayes": "HOLDS", "sparsity": "FAILS"}
