@@ -1,0 +1,85 @@
+"""Performance anchor of the suitability filter: vectorized Welch vs looped scipy, and the cost split.
+
+Prints ratios measured in this run (median of repeats), never a lone absolute time:
+1. the test stage over ~2.6k (pair, user) experiments, vectorized closed form vs one
+   ``scipy.stats.ttest_ind`` call per experiment (the spec expects >= 20x);
+2. the cost of one seed's stages relative to training M, and of a single suitability decision with
+   a fitted C (the spec expects < 1% of training M).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+from scipy import stats
+from threadpoolctl import threadpool_limits
+
+from companion.papers import suitability_filter as sf
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` over ``repeats`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int = 500) -> None:
+    """Vectorized Welch over F(F-1) x U experiments vs looped scipy, with the same p-values."""
+    rng = np.random.default_rng(0)
+    pc_test = rng.beta(5, 1.5, (n_folds, fold))
+    pc_user = rng.beta(5, 1.5, (n_users, user)) - rng.uniform(-0.05, 0.05, (n_users, 1))
+    pairs = sf.ordered_pairs(n_folds)
+
+    def vectorized() -> np.ndarray:
+        mt, vt = pc_test.mean(1), pc_test.var(1, ddof=1)
+        mu, vu = pc_user.mean(1), pc_user.var(1, ddof=1)
+        j = pairs[:, 1]
+        return sf.welch_moments(mt[j][:, None], vt[j][:, None], fold, mu[None, :], vu[None, :], user)[2]
+
+    def looped() -> np.ndarray:
+        return np.array([[stats.ttest_ind(pc_test[j], u, equal_var=False, alternative="less").pvalue
+                          for u in pc_user] for _, j in pairs])
+
+    diff = np.abs(vectorized() - looped()).max()
+    t_vec, t_loop = median_time(vectorized, 7), median_time(looped, 3)
+    n = len(pairs) * n_users
+    print(f"test stage, {n} experiments: looped scipy / vectorized = {t_loop / t_vec:.0f}x "
+          f"(max |p difference| {diff:.1e}; spec expects >= 20x)")
+
+
+def cost_split() -> None:
+    """Stages of one quick seed relative to training M, and one decision relative to training M."""
+    params = sf.Params.resolve("quick")
+    rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    start = time.perf_counter()
+    task, net, _ = sf.train_model(params, rng, gen)
+    t_train = time.perf_counter() - start
+    x, y, _ = sf.sample(task, params.fold_size * 3, sf.uniform(task), rng)
+    t_signals = median_time(lambda: sf._features(net, x, y), 5)
+    s, c = sf._features(net, x, y)
+    sf_, test, user = (slice(k * params.fold_size, (k + 1) * params.fold_size) for k in range(3))
+    t_fit = median_time(lambda: sf.fit_correctness(s[sf_], c[sf_]), 5)
+    est = sf.fit_correctness(s[sf_], c[sf_])
+    t_decision = median_time(
+        lambda: sf.welch_noninferiority(sf.prob_correct(est, s[test]), sf.prob_correct(est, s[user])), 20)
+    rows = [("train M (one fit)", t_train), (f"fit C (calibrated LR, {params.fold_size} x 12)", t_fit),
+            (f"signals ({len(x)} samples)", t_signals), ("one suitability decision (fitted C)", t_decision)]
+    print("cost relative to training M:")
+    for name, t in rows:
+        print(f"  {name:<40s} {t / t_train:8.4f}")
+    print(f"one decision / training M = {100 * t_decision / t_train:.3f}% (spec expects < 1%)")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        test_stage()
+        cost_split()

@@ -1,0 +1,598 @@
+"""Suitability Filter: A Statistical Framework for Classifier Evaluation in Real-World Deployment Settings.
+
+Pouget, Yaghini, Rabanser, Papernot; ICML 2025 (oral); https://arxiv.org/abs/2505.22356.
+
+Reproduced at small scale on simulated data: a torch MLP classifier on a 10-class Gaussian mixture
+whose latent domains set the difficulty; the paper's 12 suitability signals computed from the
+logits; a correctness estimator (StandardScaler + logistic regression, Platt-calibrated with
+5-fold ``CalibratedClassifierCV``, as in the official code) fitted on one source fold; the one-sided
+non-inferiority Welch t-test of mean estimated correctness between a test fold and an unlabeled
+user set; the F(F-1) ordered fold-pair protocol over ID subpopulations and OOD shifts; decision
+accuracy, FPR, ROC/PR AUC, the sensitivity curve, the single-signal ablation and the practical
+margin adjustment m' = m + Delta_test - Delta_u.
+
+Written by hand because no maintained library provides them: the signal extraction, the
+vectorized Welch non-inferiority test and the decision metrics (shared, in
+``companion.noninferiority``; checked against scipy and statsmodels in the tests), the fold-pair
+protocol and the margin adjustment. scikit-learn provides the estimator, calibration and
+the AUC metrics; scipy provides the t distribution.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from scipy import stats
+from scipy.special import logsumexp
+from sklearn.base import ClassifierMixin
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVC
+from threadpoolctl import threadpool_limits
+from tqdm import tqdm
+
+from companion import plotting, runtime
+from companion.claims import Claim, Verdict, evaluate_all
+from companion.data.domain_mixture import MixtureTask, make_task, sample, unit_vector
+from companion.models.mlp_classifier import logits, mlp, train_classifier
+from companion.noninferiority import (VAR_FLOOR, adjusted_margin, binned_rates, calibration_bias,  # noqa: F401
+                                      decision_metrics, welch_moments, welch_noninferiority)
+from companion.params import BaseParams, ParamError, param
+
+SIGNALS = ("conf_max", "conf_std", "conf_entropy", "logit_mean", "logit_max", "logit_std",
+           "logit_diff_top2", "loss", "margin_loss", "conf_ratio", "top_k_conf_sum", "energy")
+LOGIT_SCALE = ("logit_mean", "logit_std", "energy")
+EPS = 1e-10
+ACC_RANGE = (0.75, 0.92)
+
+
+@dataclass(frozen=True)
+class Params(BaseParams):
+    """Parameters of the simulated deployment study (defaults = quick preset)."""
+
+    seeds: int = param(6, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+
+    n_classes: int = param(10, lo=3, hi=50, help="classes K (>= 10 keeps top_k_conf_sum non-degenerate)")
+    n_features: int = param(16, lo=2, hi=256, help="input dimension d")
+    class_sep: float = param(0.8, lo=0.3, hi=3.0, help="scale of the class means")
+    domain_sigmas: tuple[float, ...] = param((0.7, 0.9, 1.1, 1.3), lo=0.01, hi=10.0, help="noise scale per latent domain")
+    n_train: int = param(3000, lo=500, hi=200_000, help="training samples of the model M")
+    hidden: int = param(64, lo=8, hi=1024, help="MLP width")
+    epochs: int = param(15, lo=1, hi=200, help="MLP training epochs")
+    n_folds: int = param(5, lo=3, hi=20, help="source folds F (pairs = F(F-1))")
+    fold_size: int = param(400, lo=100, hi=5000, help="samples per source fold")
+    n_user_id: int = param(48, lo=4, hi=1000, help="ID user sets (Dirichlet domain mixes)")
+    ood_noise_taus: tuple[float, ...] = param((0.2, 0.4, 0.6, 0.8, 1.0), lo=0.0, hi=10.0, help="OOD corruption noise levels")
+    ood_shift_radii: tuple[float, ...] = param((0.5, 1.0, 1.5), lo=0.0, hi=20.0, help="OOD translation lengths")
+    ood_novel_sigmas: tuple[float, ...] = param((0.5, 1.6), lo=0.01, hi=10.0, help="noise scales of unseen domains")
+    ood_reps: int = param(3, lo=1, hi=50, help="user sets per OOD setting")
+    user_size: tuple[int, ...] = param((500,), lo=50, hi=10_000, help="user set size n_u, or lo,hi drawn per set")
+    margins: tuple[float, ...] = param((0.0,), lo=0.0, hi=0.49, help="margins m (0 is always added)")
+    alphas: tuple[float, ...] = param((0.05,), lo=1e-4, hi=0.49, help="test levels (0.05 is always added)")
+    calibrated: bool = param(True, help="Platt-calibrate the estimator (5-fold CalibratedClassifierCV)")
+    estimator: str = param("logreg", choices=("logreg", "mlp", "gbm", "rf", "svm"), help="correctness estimator C")
+    single_signal_ablation: bool = param(True, help="also run the 12 single-signal filters")
+    n_labeled_user: int = param(100, lo=20, hi=1000, help="labeled user samples for the margin adjustment")
+    bin_width: float = param(0.02, lo=0.005, hi=0.05, help="width of the sensitivity-curve bins")
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {
+        "full": {"seeds": 8, "n_features": 32, "class_sep": 0.6, "n_train": 10_000, "hidden": 128,
+                 "epochs": 40, "n_folds": 15, "fold_size": 500, "n_user_id": 48,
+                 "ood_shift_radii": (0.25, 0.5, 1.0, 1.5, 2.0), "ood_novel_sigmas": (0.4, 0.5, 1.5, 1.8),
+                 "ood_reps": 4, "user_size": (300, 2000), "margins": (0.0, 0.01, 0.05),
+                 "alphas": (0.05, 0.01, 0.001), "n_labeled_user": 200, "bin_width": 0.01},
+        "paper": {"seeds": 3, "n_features": 64, "class_sep": 0.45, "n_train": 50_000, "hidden": 256,
+                  "epochs": 60, "n_folds": 15, "fold_size": 1000, "n_user_id": 64,
+                  "ood_shift_radii": (0.25, 0.5, 1.0, 1.5, 2.0), "ood_novel_sigmas": (0.4, 0.5, 1.5, 1.8),
+                  "ood_reps": 6, "user_size": (300, 2000), "margins": (0.0, 0.01, 0.05),
+                  "alphas": (0.05, 0.01, 0.001), "n_labeled_user": 200, "bin_width": 0.01},
+    }
+
+    @classmethod
+    def check(cls, name: str, value: Any) -> Any:
+        """Validate as declared; ``user_size`` also takes at most two values with lo <= hi."""
+        out = super().check(name, value)
+        if name == "user_size" and (len(out) > 2 or out[0] > out[-1]):
+            raise ParamError(f"parameter 'user_size': {list(out)} is out of range; allowed: one size or lo,hi with lo <= hi")
+        return out
+
+
+# --- suitability signals and the correctness estimator ------------------------------------------
+
+def signals(z: np.ndarray) -> np.ndarray:
+    """The 12 suitability signals (n, 12) of logits ``z`` (n, K), in the order of ``SIGNALS``."""
+    z = np.asarray(z, dtype=np.float64)
+    zs = -np.sort(-z, axis=1)
+    lse = logsumexp(z, axis=1)
+    p = np.exp(z - lse[:, None])
+    ps = -np.sort(-p, axis=1)
+    top_k = max(1, z.shape[1] // 10)  # the official int(0.1 K) is 0, a constant signal, for K < 10
+    return np.column_stack([
+        ps[:, 0], p.std(axis=1, ddof=1), -(p * np.log(p + EPS)).sum(axis=1),
+        z.mean(axis=1), zs[:, 0], z.std(axis=1, ddof=1), zs[:, 0] - zs[:, 1],
+        lse - zs[:, 0], np.log(ps[:, 1] + EPS) - np.log(ps[:, 0] + EPS),
+        ps[:, 0] / (ps[:, 1] + EPS), ps[:, :top_k].sum(axis=1), -lse,
+    ])
+
+
+def base_estimator(name: str, seed: int) -> ClassifierMixin:
+    """The unfitted correctness classifier called ``name`` (logreg is the paper's default)."""
+    return {
+        "logreg": lambda: LogisticRegression(max_iter=1000),
+        "mlp": lambda: MLPClassifier(max_iter=1000, random_state=seed),
+        "gbm": lambda: GradientBoostingClassifier(random_state=seed),
+        "rf": lambda: RandomForestClassifier(random_state=seed),
+        "svm": lambda: SVC(probability=True, random_state=seed),
+    }[name]()
+
+
+def fit_correctness(s: np.ndarray, correct: np.ndarray, estimator: str = "logreg",
+                    calibrated: bool = True, seed: int = 0) -> Pipeline:
+    """Fit C: scaler + classifier of correctness on signals ``s`` (n, k) of D_sf only."""
+    clf = base_estimator(estimator, seed)
+    if calibrated:
+        clf = CalibratedClassifierCV(clf, method="sigmoid", cv=5)
+    return make_pipeline(StandardScaler(), clf).fit(s, correct)
+
+
+def prob_correct(c: Pipeline, s: np.ndarray) -> np.ndarray:
+    """Estimated probability of correctness p_c (n,) of signals ``s`` (n, k)."""
+    return c.predict_proba(s)[:, 1]
+
+
+# --- the protocol -------------------------------------------------------------------------------
+
+def ordered_pairs(n_folds: int) -> np.ndarray:
+    """All ordered (sf fold, test fold) pairs with i != j, shape (F(F-1), 2)."""
+    return np.array([(i, j) for i in range(n_folds) for j in range(n_folds) if i != j])
+
+
+# --- simulated deployment -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class UserSpec:
+    """How one user set is drawn: its kind, domain weights, size and shift."""
+
+    kind: str
+    label: str
+    weights: np.ndarray
+    size: int
+    sigma: float | None = None
+    noise: float = 0.0
+    shift: np.ndarray | None = None
+
+    @property
+    def ood(self) -> bool:
+        """True for the shifted (out-of-distribution) user sets."""
+        return self.kind != "id"
+
+
+def user_specs(params: Params, task: MixtureTask, rng: np.random.Generator) -> list[UserSpec]:
+    """ID subpopulations, then corruption, translation and novel-domain OOD sets."""
+    g, d = len(task.sigmas), task.means.shape[1]
+    lo, hi = params.user_size[0], params.user_size[-1]
+
+    def size() -> int:
+        return int(rng.integers(lo, hi + 1))
+
+    specs = [UserSpec("id", f"id-{k}", rng.dirichlet(0.7 * np.ones(g)), size()) for k in range(params.n_user_id)]
+    for _ in range(params.ood_reps):
+        specs += [UserSpec("noise", f"noise-{t:g}", rng.dirichlet(np.ones(g)), size(), noise=t)
+                  for t in params.ood_noise_taus]
+        specs += [UserSpec("shift", f"shift-{r:g}", rng.dirichlet(np.ones(g)), size(), shift=r * unit_vector(d, rng))
+                  for r in params.ood_shift_radii]
+        specs += [UserSpec("novel", f"novel-{s:g}", np.ones(g) / g, size(), sigma=s) for s in params.ood_novel_sigmas]
+    return specs
+
+
+def draw(task: MixtureTask, spec: UserSpec, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Draw ``n`` labelled points (x, y) from a user distribution."""
+    x, y, _ = sample(task, n, spec.weights, rng, sigma=spec.sigma, noise=spec.noise, shift=spec.shift)
+    return x, y
+
+
+@dataclass
+class SeedResult:
+    """Everything one seed produced; p-value arrays are (margins, pairs, users)."""
+
+    seed: int
+    class_sep: float
+    acc_pool: float
+    acc_test: np.ndarray
+    acc_user: np.ndarray
+    kinds: list[str]
+    labels: list[str]
+    pairs: np.ndarray
+    pvals: dict[str, np.ndarray]
+    p_adjusted: np.ndarray
+    mean_pc_test: np.ndarray
+    mean_pc_user: np.ndarray
+    delta_test: np.ndarray
+    delta_user: np.ndarray
+    pc_example_test: np.ndarray
+    pc_example_users: list[np.ndarray]
+    scipy_max_diff: float
+    n_floor: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def acc_diff(self) -> np.ndarray:
+        """Acc(D_u) - Acc(D_test) per experiment, (pairs, users)."""
+        return self.acc_user[None, :] - self.acc_test[self.pairs[:, 1]][:, None]
+
+
+@dataclass
+class Results:
+    """Per-seed results and the parameters that made them."""
+
+    params: Params
+    margins: tuple[float, ...]
+    alphas: tuple[float, ...]
+    seeds: list[SeedResult]
+
+
+def train_model(params: Params, rng: np.random.Generator, gen: torch.Generator
+                ) -> tuple[MixtureTask, torch.nn.Module, float]:
+    """Draw a task and train M; retune ``class_sep`` (+-0.15, at most 3 times) into the accuracy range."""
+    sep = params.class_sep
+    for attempt in range(4):
+        task = make_task(params.n_classes, params.n_features, sep, params.domain_sigmas, rng)
+        x, y, _ = sample(task, params.n_train, uniform(task), rng)
+        net = train_classifier(mlp(params.n_features, params.hidden, params.n_classes, gen=gen), x, y,
+                               params.epochs, gen)
+        xv, yv, _ = sample(task, 2000, uniform(task), rng)
+        acc = float(np.mean(logits(net, xv).argmax(1) == yv))
+        if ACC_RANGE[0] <= acc <= ACC_RANGE[1] or attempt == 3:
+            return task, net, sep
+        sep = round(sep + (0.15 if acc < ACC_RANGE[0] else -0.15), 4)
+    raise AssertionError("unreachable")
+
+
+def uniform(task: MixtureTask) -> np.ndarray:
+    """Uniform domain weights (the source distribution)."""
+    return np.ones(len(task.sigmas)) / len(task.sigmas)
+
+
+def _features(net: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Signals (n, 12) and correctness (n,) of M on labelled points."""
+    z = logits(net, x)
+    return signals(z), z.argmax(axis=1) == y
+
+
+def run_seed(params: Params, seed: int, margins: tuple[float, ...]) -> SeedResult:
+    """Train M, draw source folds and user sets, fit C per fold and run every test, for one seed."""
+    rng, gen = runtime.generators(seed)
+    clock = [time.perf_counter()]
+    timings: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        clock.append(time.perf_counter())
+        timings[name] = timings.get(name, 0.0) + clock[-1] - clock[-2]
+
+    task, net, sep = train_model(params, rng, gen)
+    lap("train M")
+    n_f, fs, n_lab = params.n_folds, params.fold_size, params.n_labeled_user
+    xp, yp, _ = sample(task, n_f * fs, uniform(task), rng)
+    folds = rng.permutation(n_f * fs).reshape(n_f, fs)
+    specs = user_specs(params, task, rng)
+    users = [_features(net, *draw(task, s, s.size, rng)) for s in specs]
+    lab = [_features(net, *draw(task, s, n_lab, rng)) for s in specs]
+    s_all, c_all = _features(net, xp, yp)
+    s_pool, c_pool = s_all[folds], c_all[folds]
+    s_user, sizes = np.concatenate([u[0] for u in users]), np.array([len(u[1]) for u in users])
+    s_lab, c_lab = np.concatenate([u[0] for u in lab]), np.stack([u[1] for u in lab])
+    cuts = np.cumsum(sizes)[:-1]
+    lap("data + signals")
+
+    pairs, n_u = ordered_pairs(n_f), len(specs)
+    pi, pj = pairs.T
+    ms = np.asarray(margins)[:, None, None]
+    variants = {"all": list(range(len(SIGNALS)))}
+    if params.single_signal_ablation:
+        variants |= {name: [k] for k, name in enumerate(SIGNALS)}
+    pvals, n_floor, kept = {}, 0, []
+    for name, cols in variants.items():
+        mt, vt, dt = (np.empty((n_f, n_f)) for _ in range(3))
+        mu, vu, du = (np.empty((n_f, n_u)) for _ in range(3))
+        for i in range(n_f):
+            c = fit_correctness(s_pool[i][:, cols], c_pool[i], params.estimator, params.calibrated, seed)
+            pc_pool = prob_correct(c, s_pool.reshape(-1, len(SIGNALS))[:, cols]).reshape(n_f, fs)
+            segs = np.split(prob_correct(c, s_user[:, cols]), cuts)
+            mt[i], vt[i] = pc_pool.mean(axis=1), pc_pool.var(axis=1, ddof=1)
+            mu[i], vu[i] = [s.mean() for s in segs], [s.var(ddof=1) for s in segs]
+            if name == "all":
+                dt[i] = (pc_pool - c_pool).mean(axis=1)
+                du[i] = (prob_correct(c, s_lab[:, cols]).reshape(n_u, n_lab) - c_lab).mean(axis=1)
+                kept.append((pc_pool, segs))
+        lap("fit C + predict")
+        moments = (mt[pi, pj][:, None], vt[pi, pj][:, None], fs, mu[pi], vu[pi], sizes[None, :])
+        pvals[name] = welch_moments(*moments, ms)[2]
+        n_floor += int((vt < VAR_FLOOR).sum() + (vu < VAR_FLOOR).sum())
+        if name == "all":
+            p_adj = welch_moments(*moments, adjusted_margin(ms, dt[pi, pj][:, None], du[pi]))[2]
+            kept_moments = mt, mu, dt, du
+            scipy_diff = scipy_crosscheck(kept, pairs, pvals[name][0], rng)
+        lap("tests")
+    return SeedResult(seed, sep, float(c_all.mean()), c_pool.mean(axis=1), np.array([u[1].mean() for u in users]),
+                      [s.kind for s in specs], [s.label for s in specs], pairs, pvals, p_adj, *kept_moments,
+                      kept[0][0][1], kept[0][1], scipy_diff, n_floor, timings)
+
+
+def scipy_crosscheck(kept: list, pairs: np.ndarray, p0: np.ndarray, rng: np.random.Generator,
+                     share: float = 0.05) -> float:
+    """Largest |p - scipy p| over a random ``share`` of the m = 0 experiments (looped scipy calls)."""
+    n_p, n_u = p0.shape
+    pick = rng.choice(n_p * n_u, size=max(1, int(share * n_p * n_u)), replace=False)
+    diffs = []
+    for k in pick:
+        (i, j), u = pairs[k // n_u], k % n_u
+        ref = stats.ttest_ind(kept[i][0][j], kept[i][1][u], equal_var=False, alternative="less").pvalue
+        diffs.append(abs(ref - p0[k // n_u, u]))
+    return float(max(diffs))
+
+
+def run(params: Params) -> Results:
+    """Run every seed of the simulated deployment study."""
+    # Tiny models and 400 x 12 fits: extra threads only spin (10-25x more CPU on a loaded machine).
+    runtime.limit_threads(1)
+    margins = tuple(sorted(set(params.margins) | {0.0}))
+    alphas = tuple(sorted(set(params.alphas) | {0.05}, reverse=True))
+    with threadpool_limits(1):
+        seeds = [run_seed(params, s, margins) for s in tqdm(params.seed_list(), desc="seeds", disable=None)]
+    return Results(params, margins, alphas, seeds)
+
+
+# --- claims -------------------------------------------------------------------------------------
+
+CLAIMS = [
+    Claim("roc-auc", "ROC AUC of the score -p against the empirical ground truth (m = 0)",
+          "0.965-1.000 (Table 1)", 0.85, ">="),
+    Claim("decision-acc", "Decision accuracy at alpha = 0.05, m = 0", "81.8-100% (Table 1)", 0.70, ">="),
+    Claim("fpr", "False-positive rate (SUITABLE although Acc(D_u) < Acc(D_test)) at alpha = 0.05",
+          "0.000-0.031 (Table 1)", 0.05, "<="),
+    Claim("fpr-below-3pt", "SUITABLE rate when the user accuracy is more than 3 points below test",
+          "0 of 8.4k experiments (Fig. 4)", 0.01, "<="),
+    Claim("sens-near-0", "SUITABLE rate for accuracy changes in [-2, 0) points",
+          "2.6% in [-2,-1), 16.9% in [-1,0) (Fig. 4)", 0.10, "<="),
+    Claim("sens-gain-6", "SUITABLE rate for gains >= 6 points (0 when < 20 such experiments: not evaluable)",
+          "100% (Fig. 4)", 0.80, ">="),
+    Claim("sens-monotone", "Largest drop of the SUITABLE rate between adjacent accuracy-change bins",
+          "non-decreasing (Fig. 4)", 0.05, "<="),
+    Claim("agg-vs-best", "ROC AUC(all 12 signals) minus the best single signal",
+          "FMoW ID acc 81.8% vs best single 80.6% (appendix)", -0.01, ">="),
+    Claim("agg-vs-median", "ROC AUC(all 12 signals) minus the median single signal",
+          "81.8% vs 62.3-80.6% (appendix)", 0.05, ">="),
+    Claim("logit-collapse", "log10 of (OOD FPR of the worst logit-scale signal / all-signal OOD FPR); "
+          ">= log10 3", "logit_std 0.81 vs 0.018: log10 1.65 (FMoW OOD, appendix)", float(np.log10(3.0)), ">="),
+]
+ALPHA, BELOW, NEAR, GAIN, MIN_BIN = 0.05, -0.03, (-0.02, 0.0), 0.06, 20
+
+
+def bin_edges(width: float, reach: float = 0.16) -> np.ndarray:
+    """Bin edges of acc_diff on [-reach, reach] with the given width."""
+    n = int(round(reach / width))
+    return np.arange(-n, n + 1) * width
+
+
+def max_drop(rates: np.ndarray, counts: np.ndarray) -> float:
+    """Largest decrease between consecutive bins that hold >= MIN_BIN experiments (0 if none)."""
+    r = rates[counts >= MIN_BIN]
+    return float(max(0.0, np.max(r[:-1] - r[1:]))) if len(r) > 1 else 0.0
+
+
+def rate(suit: np.ndarray, mask: np.ndarray) -> float:
+    """SUITABLE rate among the experiments in ``mask`` (NaN if none)."""
+    return float(suit[mask].mean()) if mask.any() else float("nan")
+
+
+def ood_mask(s: SeedResult) -> np.ndarray:
+    """(pairs, users) mask of the experiments on OOD user sets."""
+    return np.broadcast_to(np.array([k != "id" for k in s.kinds])[None, :], s.acc_diff.shape)
+
+
+def seed_claim_values(s: SeedResult, width: float) -> dict[str, float]:
+    """Every claim's metric on one seed (all signals, m = 0, alpha = 0.05)."""
+    diff, p = s.acc_diff, s.pvals["all"][0]
+    gt, suit = diff >= 0, p <= ALPHA
+    base = decision_metrics(p, gt, ALPHA)
+    gain = diff >= GAIN
+    out = {"roc-auc": base["roc"], "decision-acc": base["acc"], "fpr": base["fpr"],
+           "fpr-below-3pt": rate(suit, diff < BELOW),
+           "sens-near-0": rate(suit, (diff >= NEAR[0]) & (diff < NEAR[1])),
+           "sens-gain-6": rate(suit, gain) if gain.sum() >= MIN_BIN else 0.0,
+           "sens-monotone": max_drop(*binned_rates(diff, suit, bin_edges(width)))}
+    singles = {k: decision_metrics(v[0], gt, ALPHA)["roc"] for k, v in s.pvals.items() if k != "all"}
+    nan = float("nan")
+    out["agg-vs-best"] = base["roc"] - max(singles.values()) if singles else nan
+    out["agg-vs-median"] = base["roc"] - float(np.median(list(singles.values()))) if singles else nan
+    ood = ood_mask(s)
+    neg = ood & ~gt
+    if singles and neg.any():
+        worst = max(rate(s.pvals[k][0] <= ALPHA, neg) for k in LOGIT_SCALE)
+        # an all-signal FPR of 0 is read as "below one in the number of unsuitable experiments"
+        out["logit-collapse"] = float(np.log10(max(worst, 1e-12) / max(rate(suit, neg), 1.0 / neg.sum())))
+    else:
+        out["logit-collapse"] = nan
+    return out
+
+
+def claim_values(results: Results) -> dict[str, list[float]]:
+    """Claim id -> metric per seed."""
+    per = [seed_claim_values(s, results.params.bin_width) for s in results.seeds]
+    return {c.id: [v[c.id] for v in per] for c in CLAIMS}
+
+
+def check(results: Results) -> list[Verdict]:
+    """Evaluate every claim over seeds."""
+    return evaluate_all(CLAIMS, claim_values(results))
+
+
+# --- summaries ----------------------------------------------------------------------------------
+
+def subset_metrics(s: SeedResult, p: np.ndarray, m: float, alpha: float, which: str) -> dict[str, float]:
+    """Decision metrics of p-values ``p`` (pairs, users) at margin m on all / id / ood experiments."""
+    mask = {"all": np.ones_like(s.acc_diff, bool), "ood": ood_mask(s), "id": ~ood_mask(s)}[which]
+    return decision_metrics(p[mask], (s.acc_diff >= -m)[mask], alpha)
+
+
+def settings_table(results: Results) -> pd.DataFrame:
+    """Mean (min-max over seeds) of accuracy, FPR, TPR, ROC and PR AUC per margin, alpha and subset."""
+    rows = []
+    for k, m in enumerate(results.margins):
+        for alpha in results.alphas:
+            for which in ("all", "id", "ood"):
+                for rule in ("m", "m' (adjusted)") if which == "ood" else ("m",):
+                    per = [subset_metrics(s, s.pvals["all"][k] if rule == "m" else s.p_adjusted[k], m, alpha, which)
+                           for s in results.seeds]
+                    row = {"m": m, "alpha": alpha, "user sets": which, "margin rule": rule}
+                    for key in ("acc", "fpr", "tpr", "roc", "pr"):
+                        v = np.array([d[key] for d in per])
+                        row[key] = f"{np.nanmean(v):.3f} ({np.nanmin(v):.3f}-{np.nanmax(v):.3f})"
+                    rows.append(row)
+    return pd.DataFrame(rows).set_index(["m", "alpha", "user sets", "margin rule"])
+
+
+def ablation_values(results: Results) -> dict[str, dict[str, np.ndarray]]:
+    """Variant -> '<metric>-<id|ood>' -> per-seed values (m = 0, alpha = 0.05)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name in results.seeds[0].pvals:
+        vals = {}
+        for which in ("id", "ood"):
+            per = [subset_metrics(s, s.pvals[name][0], 0.0, ALPHA, which) for s in results.seeds]
+            vals |= {f"{key}-{which}": np.array([d[key] for d in per]) for key in ("roc", "acc", "fpr")}
+        out[name] = vals
+    return out
+
+
+def metrics(results: Results) -> dict[str, Any]:
+    """Small JSON-able summary: claim means, ID/OOD rows, m' effect, calibration bias, timings."""
+    cv = claim_values(results)
+    out: dict[str, Any] = {f"claim/{k}": float(np.mean(v)) for k, v in cv.items()}
+    for which in ("id", "ood"):
+        for rule, key in (("m", "pvals"), ("adj", "p_adjusted")):
+            per = [subset_metrics(s, s.pvals["all"][0] if key == "pvals" else s.p_adjusted[0], 0.0, ALPHA, which)
+                   for s in results.seeds]
+            out |= {f"{which}/{rule}/{k}": float(np.nanmean([d[k] for d in per])) for k in per[0]}
+    out |= {f"roc/{k}": float(np.nanmean(v["roc-id"] + v["roc-ood"]) / 2) for k, v in ablation_values(results).items()}
+    bias = [(s.delta_user[s.pairs[:, 0]] - s.delta_test[s.pairs[:, 0], s.pairs[:, 1]][:, None]).ravel()
+            for s in results.seeds]
+    diffs = [s.acc_diff.ravel() for s in results.seeds]
+    out["calib-bias-vs-accdiff-corr"] = float(np.mean([np.corrcoef(b, d)[0, 1] for b, d in zip(bias, diffs)]))
+    out["acc-pool"] = float(np.mean([s.acc_pool for s in results.seeds]))
+    out["class-sep-used"] = [s.class_sep for s in results.seeds]
+    out["experiments-per-seed"] = int(results.seeds[0].acc_diff.size)
+    out["scipy-max-abs-diff"] = max(s.scipy_max_diff for s in results.seeds)
+    out["variance-floor-hits"] = sum(s.n_floor for s in results.seeds)
+    out |= {f"seconds/{k}": float(np.mean([s.timings[k] for s in results.seeds])) for k in results.seeds[0].timings}
+    return out
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+def _pick(s: SeedResult, pair: int, suitable: bool) -> int:
+    """A user set near the boundary, judged SUITABLE (and truly so) or truly UNSUITABLE."""
+    diff, suit = s.acc_diff[pair], s.pvals["all"][0, pair] <= ALPHA
+    ok = (suit & (diff >= 0)) if suitable else (diff < 0)
+    target = 0.04 if suitable else -0.05
+    cand = np.flatnonzero(ok) if ok.any() else np.arange(len(diff))
+    return int(cand[np.argmin(np.abs(diff[cand] - target))])
+
+
+def plot_densities(results: Results) -> Figure:
+    """Fig. 1 analog: p_c on D_test and on a SUITABLE and an UNSUITABLE user set (first seed, pair (0, 1))."""
+    s, m = results.seeds[0], max(results.margins)
+    fig, (ax,) = plotting.figure(1, 1, width=6.0, height=3.2)
+    sets = [("D_test (fold 1)", s.pc_example_test, None)]
+    for suitable in (True, False):
+        u = _pick(s, 0, suitable)
+        word = "SUITABLE" if s.pvals["all"][0, 0, u] <= ALPHA else "INCONCLUSIVE"
+        sets.append((f"{s.labels[u]}: acc diff {s.acc_diff[0, u]:+.3f}, {word}", s.pc_example_users[u], u))
+    for label, pc, _ in sets:
+        line = ax.hist(pc, bins=40, range=(0, 1), density=True, histtype="step", label=label)[2][0]
+        ax.axvline(pc.mean(), color=line.get_edgecolor(), ls="--", lw=1)
+    mt = s.pc_example_test.mean()
+    ax.axvspan(mt - m, mt, color="grey", alpha=0.2, lw=0, label=f"margin band m = {m:g}")
+    ax.set(xlabel="estimated probability of correctness p_c", ylabel="density",
+           title="Suitability test: compare mean p_c (dashed) of user vs test data")
+    ax.legend(loc="upper left")
+    return fig
+
+
+def plot_sensitivity(results: Results) -> Figure:
+    """Fig. 4 analog: SUITABLE rate per acc-diff bin (ID and OOD, pooled over seeds) and acc-diff histogram."""
+    edges = bin_edges(results.params.bin_width)
+    centres = (edges[:-1] + edges[1:]) / 2 * 100
+    fig, (ax, ax2) = plotting.figure(2, 1, width=4.6, height=3.2)
+    for which in ("id", "ood"):
+        diff = np.concatenate([s.acc_diff[(ood_mask(s) if which == "ood" else ~ood_mask(s))] for s in results.seeds])
+        suit = np.concatenate([s.pvals["all"][0][(ood_mask(s) if which == "ood" else ~ood_mask(s))] <= ALPHA
+                               for s in results.seeds])
+        rates, counts = binned_rates(diff, suit, edges)
+        keep = counts >= MIN_BIN
+        ax.plot(centres[keep], 100 * rates[keep], "o-", ms=3, label=which.upper())
+        for x, y, n in zip(centres[keep], 100 * rates[keep], counts[keep]):
+            ax.annotate(str(n), (x, y), fontsize=5, xytext=(0, 4 if which == "id" else -8),
+                        textcoords="offset points", ha="center")
+        ax2.hist(100 * diff, bins=40, alpha=0.6, label=which.upper())
+    ax.step([edges[0] * 100, 0, 0, edges[-1] * 100], [0, 0, 100, 100], where="post", color="k", ls=":",
+            lw=1, label="ideal (m = 0)")
+    ax.set(xlabel="Acc(D_u) - Acc(D_test) [points]", ylabel="% SUITABLE", title="Sensitivity (alpha = 0.05)")
+    ax.legend(loc="upper left")
+    ax2.axvline(0, color="k", lw=0.8)
+    ax2.set(xlabel="Acc(D_u) - Acc(D_test) [points]", ylabel="experiments", title="Design coverage")
+    ax2.legend()
+    return fig
+
+
+def plot_estimates(results: Results) -> Figure:
+    """Fig. 3 analog: mean p_c vs true user accuracy, source-calibrated and with the m' correction."""
+    s = results.seeds[0]
+    i, j = s.pairs[0]
+    fig, axes = plotting.figure(2, 1, width=3.8, height=3.4)
+    decisions = (s.pvals["all"][0, 0] <= ALPHA, s.p_adjusted[0, 0] <= ALPHA)
+    ests = (s.mean_pc_user[i], s.mean_pc_user[i] - s.delta_user[i] + s.delta_test[i, j])
+    titles = ("source-calibrated C", "margin-adjusted (m' from labeled D^_u)")
+    ood = np.array([k != "id" for k in s.kinds])
+    lo = min(s.acc_user.min(), min(e.min() for e in ests)) - 0.02
+    for ax, est, suit, title in zip(axes, ests, decisions, titles):
+        for mask, marker, name in ((~ood, "o", "ID"), (ood, "^", "OOD")):
+            for flag, colour, word in ((True, "C2", "SUITABLE"), (False, "C3", "INCONCLUSIVE")):
+                sel = mask & (suit == flag)
+                ax.scatter(s.acc_user[sel], est[sel], marker=marker, c=colour, s=18, alpha=0.8,
+                           label=f"{name} {word}")
+        ax.plot([lo, 1], [lo, 1], "k:", lw=1)
+        ax.axvline(s.acc_test[j], color="grey", lw=0.8)
+        ax.axhline(s.mean_pc_test[i, j], color="grey", lw=0.8, ls="--")
+        ax.set(xlim=(lo, 1), ylim=(lo, 1), xlabel="true Acc(D_u)", title=title)
+    axes[0].set_ylabel("mean p_c on D_u (adjusted: + Delta_test - Delta_u)")
+    axes[1].legend(loc="lower right", fontsize=6)
+    return fig
+
+
+def plot_ablation(results: Results) -> Figure:
+    """Signal ablation: ROC AUC, accuracy and FPR of each filter on ID and OOD sets (mean +- sd over seeds)."""
+    vals = ablation_values(results)
+    names = list(vals)
+    y = np.arange(len(names))
+    fig, axes = plotting.figure(3, 1, width=3.0, height=0.22 * len(names) + 1.2)
+    for ax, key, title in zip(axes, ("roc", "acc", "fpr"), ("ROC AUC", "decision accuracy", "FPR")):
+        for k, which in enumerate(("id", "ood")):
+            v = np.array([vals[n][f"{key}-{which}"] for n in names])
+            ax.barh(y + (k - 0.5) * 0.4, np.nanmean(v, axis=1), height=0.4, xerr=np.nanstd(v, axis=1),
+                    label=which.upper(), error_kw={"lw": 0.7})
+        ax.set(yticks=y, yticklabels=names if key == "roc" else [], title=title)
+        ax.invert_yaxis()
+    axes[2].axvline(ALPHA, color="k", ls=":", lw=1)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=2)
+    return fig

@@ -1,0 +1,224 @@
+"""Unit checks of the suitability filter: the Welch test, signals, estimator, margin, metrics, protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+from scipy.special import logsumexp
+from statsmodels.stats.weightstats import ttest_ind as sm_ttest_ind
+from threadpoolctl import threadpool_limits
+
+from companion.data.domain_mixture import make_task, sample
+from companion.models.mlp_classifier import logits, mlp, train_classifier
+from companion.params import ParamError
+from companion.papers import suitability_filter as sf
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models and fits: extra threads only spin on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("m", [0.0, 0.03, 0.1])
+def test_welch_matches_scipy_and_statsmodels(m: float, rng: np.random.Generator) -> None:
+    a, b = rng.beta(4, 2, 300), rng.beta(3, 2, 450)
+    t, nu, p = sf.welch_noninferiority(a, b, m)
+    ref = stats.ttest_ind(a, b + m, equal_var=False, alternative="less")
+    assert abs(p - ref.pvalue) < 1e-12 and abs(t - ref.statistic) < 1e-12 and abs(nu - ref.df) < 1e-9
+    sm_t, sm_p, sm_df = sm_ttest_ind(b, a, alternative="larger", usevar="unequal", value=-m)
+    assert abs(p - sm_p) < 1e-12 and abs(t + sm_t) < 1e-12 and abs(nu - sm_df) < 1e-9
+
+
+def test_vectorized_equals_looped(rng: np.random.Generator) -> None:
+    tests = [rng.beta(4, 2, 200) for _ in range(3)]
+    users = [rng.beta(4, 2, n) - rng.uniform(0, 0.1) for n in (100, 250, 400, 80)]
+    moments = lambda xs: [np.array([f(x) for x in xs]) for f in (np.mean, lambda x: np.var(x, ddof=1), len)]
+    mt, vt, nt = (v[:, None] for v in moments(tests))
+    mu, vu, nu_ = (v[None, :] for v in moments(users))
+    p = sf.welch_moments(mt, vt, nt, mu, vu, nu_, 0.02)[2]
+    looped = [[sf.welch_noninferiority(a, b, 0.02)[2] for b in users] for a in tests]
+    np.testing.assert_allclose(p, looped, rtol=0, atol=1e-14)
+
+
+def test_monotone_and_identical_samples(rng: np.random.Generator) -> None:
+    a, b = rng.beta(4, 2, 300), rng.beta(4, 2, 300)
+    p0 = sf.welch_noninferiority(a, b, 0.0)[2]
+    assert sf.welch_noninferiority(a, b + 0.01, 0.0)[2] < p0
+    assert sf.welch_noninferiority(a, b, 0.02)[2] < p0
+    assert sf.welch_noninferiority(a, a.copy(), 0.0)[2] == pytest.approx(0.5, abs=1e-12)
+
+
+def test_level_under_the_null() -> None:
+    rng = np.random.default_rng(1)
+    m, n, sims = 0.03, 300, 4000
+    test = rng.beta(4, 2, (sims, n))
+    user = rng.beta(4, 2, (sims, n)) - m  # population user mean is exactly mu_test - m
+    p = sf.welch_moments(test.mean(1), test.var(1, ddof=1), n, user.mean(1), user.var(1, ddof=1), n, m)[2]
+    assert 0.04 <= np.mean(p <= 0.05) <= 0.06
+
+
+def test_signals_properties(rng: np.random.Generator) -> None:
+    k = 10
+    z = rng.normal(0, 3, (500, k))
+    s = sf.signals(z)
+    assert s.shape == (500, 12)
+    assert np.all((s[:, 0] >= 1 / k - 1e-12) & (s[:, 0] <= 1))
+    assert np.all((s[:, 2] >= -1e-9) & (s[:, 2] <= np.log(k) + 1e-9))
+    np.testing.assert_allclose(s[:, 11], -logsumexp(z, axis=1))
+    np.testing.assert_allclose(s[:, 8], -s[:, 6], atol=1e-6)
+    np.testing.assert_array_equal(s[:, 10], s[:, 0])
+    probs = torch.softmax(torch.as_tensor(z), 1)
+    np.testing.assert_allclose(s[:, 1], probs.std(1).numpy(), rtol=1e-10)
+
+
+def test_signals_shift_invariance(rng: np.random.Generator) -> None:
+    z = rng.normal(0, 2, (200, 10))
+    s, s2 = sf.signals(z), sf.signals(z + 3.7)
+    same = [0, 1, 2, 5, 6, 7, 8, 9, 10]
+    np.testing.assert_allclose(s2[:, same], s[:, same], rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(s2[:, [3, 4]], s[:, [3, 4]] + 3.7, atol=1e-10)
+    np.testing.assert_allclose(s2[:, 11], s[:, 11] - 3.7, atol=1e-10)
+
+
+def test_top_k_small_k_not_degenerate(rng: np.random.Generator) -> None:
+    s = sf.signals(rng.normal(size=(50, 5)))
+    np.testing.assert_array_equal(s[:, 10], s[:, 0])  # max(1, floor(0.1 K)) = 1 for K < 10
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple:
+    rng, gen = np.random.default_rng(3), torch.Generator().manual_seed(3)
+    task = make_task(10, 8, 1.0, (0.7, 0.9, 1.1, 1.3), rng)
+    w = np.ones(4) / 4
+    x, y, _ = sample(task, 2000, w, rng)
+    net = train_classifier(mlp(8, 32, 10, gen=gen), x, y, 5, gen)
+    return task, net, w, rng
+
+
+def _feats(net: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    z = logits(net, x)
+    return sf.signals(z), z.argmax(1) == y
+
+
+def test_estimator_only_sees_d_sf(trained: tuple) -> None:
+    task, net, w, rng = trained
+    s, c = _feats(net, *sample(task, 800, w, rng)[:2])
+    c1 = sf.fit_correctness(s[:400], c[:400])
+    s_other = s.copy()
+    s_other[400:] += 5.0  # perturbing D_test / D_u must not change the fitted C
+    c2 = sf.fit_correctness(s_other[:400], c[:400])
+    np.testing.assert_array_equal(c1[0].mean_, c2[0].mean_)
+    np.testing.assert_array_equal(c1[0].scale_, c2[0].scale_)
+    np.testing.assert_array_equal(sf.prob_correct(c1, s), sf.prob_correct(c2, s))
+    np.testing.assert_allclose(c1[0].mean_, s[:400].mean(0))
+    pc = sf.prob_correct(c1, s)
+    assert np.all((pc >= 0) & (pc <= 1))
+
+
+def test_calibrated_estimate_tracks_accuracy(trained: tuple) -> None:
+    task, net, w, rng = trained
+    s, c = _feats(net, *sample(task, 20_000, w, rng)[:2])
+    s_new, c_new = _feats(net, *sample(task, 20_000, w, rng)[:2])
+    pc = sf.prob_correct(sf.fit_correctness(s, c), s_new)
+    assert abs(pc.mean() - c_new.mean()) < 0.02
+
+
+def test_margin_adjustment() -> None:
+    pc, correct = np.array([0.9, 0.8, 0.7, 0.6]), np.array([1, 1, 0, 1])
+    assert sf.calibration_bias(pc, correct) == pytest.approx(np.mean(pc - correct))
+    assert sf.adjusted_margin(0.05, 0.02, 0.07) == pytest.approx(0.0)
+    assert sf.adjusted_margin(0.05, 0.0, 0.0) == 0.05
+
+
+def test_decision_metrics_by_hand() -> None:
+    p = np.array([0.01, 0.2, 0.03, 0.5, 0.04, 0.9])
+    gt = np.array([1, 1, 0, 0, 1, 0], bool)
+    out = sf.decision_metrics(p, gt, 0.05)
+    # SUITABLE = [1, 0, 1, 0, 1, 0]: correct on 0, 3, 4, 5; one FP of three negatives, two TPs of three
+    assert out["acc"] == pytest.approx(4 / 6) and out["fpr"] == pytest.approx(1 / 3)
+    assert out["tpr"] == pytest.approx(2 / 3)
+    # score -p ranks 0.01, 0.03, 0.04, 0.2, 0.5, 0.9: positive-over-negative pairs 7 of 9
+    assert out["roc"] == pytest.approx(7 / 9)
+    assert out["pr"] == pytest.approx((1 + 2 / 3 + 3 / 4) / 3)
+    perfect = sf.decision_metrics(np.array([0.01, 0.02, 0.6, 0.7]), np.array([1, 1, 0, 0], bool), 0.05)
+    assert perfect["roc"] == 1.0 and perfect["pr"] == 1.0
+
+
+def test_binned_rates_and_drop() -> None:
+    diff = np.array([-0.03, -0.01, -0.01, 0.01, 0.03, 0.03])
+    suit = np.array([0, 0, 1, 1, 1, 0], bool)
+    rates, counts = sf.binned_rates(diff, suit, np.array([-0.04, -0.02, 0.0, 0.02, 0.04]))
+    np.testing.assert_allclose(rates, [0, 0.5, 1, 0.5])
+    np.testing.assert_array_equal(counts, [1, 2, 1, 2])
+    assert sf.max_drop(np.array([0.1, 0.5, 0.4, 0.9]), np.full(4, 30)) == pytest.approx(0.1)
+    assert sf.max_drop(np.array([0.1, 0.5, 0.4, 0.9]), np.array([30, 30, 5, 30])) == 0.0
+
+
+TINY = dict(seeds=1, n_train=600, epochs=2, hidden=16, n_folds=3, fold_size=120, n_user_id=4,
+            ood_noise_taus=(0.5,), ood_shift_radii=(1.0,), ood_novel_sigmas=(0.5,), ood_reps=1,
+            user_size=(60, 90), n_labeled_user=30, class_sep=1.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_run() -> sf.Results:
+    return sf.run(sf.Params.resolve("quick", **TINY))
+
+
+def test_protocol_bookkeeping(tiny_run: sf.Results) -> None:
+    s = tiny_run.seeds[0]
+    n_users = 4 + 3
+    assert s.pvals["all"].shape == (1, 3 * 2, n_users)
+    assert s.acc_diff.size == n_users * 3 * 2
+    assert not np.any(s.pairs[:, 0] == s.pairs[:, 1])
+    assert len({tuple(p) for p in s.pairs}) == 6
+    assert np.all((s.acc_test > 0) & (s.acc_test <= 1)) and s.scipy_max_diff < 1e-12
+    assert list(s.pvals) == ["all", *sf.SIGNALS]
+    # the stored moments and calibration biases are those of the all-signal C
+    for arr in (s.mean_pc_test, s.mean_pc_user):
+        assert np.all((arr > 0) & (arr < 1))
+    assert np.all(np.abs(s.delta_user) <= 1) and np.all(np.abs(s.delta_test[~np.eye(3, dtype=bool)]) <= 1)
+
+
+def test_folds_disjoint() -> None:
+    rng = np.random.default_rng(0)
+    folds = rng.permutation(5 * 40).reshape(5, 40)
+    assert len(np.unique(folds)) == folds.size
+
+
+def test_determinism(tiny_run: sf.Results) -> None:
+    again = sf.run(sf.Params.resolve("quick", **TINY))
+    np.testing.assert_array_equal(again.seeds[0].pvals["all"], tiny_run.seeds[0].pvals["all"])
+    np.testing.assert_array_equal(again.seeds[0].acc_user, tiny_run.seeds[0].acc_user)
+    first, second = sf.check(tiny_run), sf.check(again)
+    assert [v.verdict for v in first] == [v.verdict for v in second]
+    np.testing.assert_array_equal([v.value for v in first], [v.value for v in second])
+
+
+def test_params_reject_bad_values() -> None:
+    with pytest.raises(ParamError, match="unknown parameter"):
+        sf.Params.resolve("quick", n_clases=10)
+    with pytest.raises(ParamError, match="is not an int"):
+        sf.Params.resolve("quick", n_folds=2.5)
+    with pytest.raises(ParamError, match="out of range"):
+        sf.Params.resolve("quick", n_folds=2)
+    with pytest.raises(ParamError, match="user_size"):
+        sf.Params.resolve("quick", user_size=(900, 300))
+    with pytest.raises(ParamError, match="out of range"):
+        sf.Params.parse("estimator", "xgboost")
+    assert sf.Params.parse("user_size", "300,2000") == (300, 2000)
+    full = sf.Params.resolve("full")
+    assert dataclasses.asdict(full)["n_folds"] == 15
