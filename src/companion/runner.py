@@ -28,7 +28,7 @@ from companion import registry
 from companion.claims import OUTPUT_ENV, _jsonable
 from companion.params import BaseParams, ParamError
 
-TIMEOUT_S = {"quick": 300, "full": 1200, "paper": 24 * 3600}
+TIMEOUT_S = {"quick": 900, "full": 3600, "paper": 24 * 3600}
 VOLATILE_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 
 
