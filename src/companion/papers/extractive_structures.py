@@ -1,0 +1,521 @@
+"""Extractive Structures Learned in Pretraining Enable Generalization on Finetuned Facts.
+
+Jiahai Feng, Stuart Russell, Jacob Steinhardt. ICML 2025 (PMLR 267). https://arxiv.org/abs/2412.04614
+
+What is reproduced, at toy scale, with a 2-block ``transformers`` GPT-2 trained here:
+
+- the *data-ordering effect*: a model finetuned on facts ``name dax -> city`` then on implications
+  ``name zong -> animal(city)`` answers the implication for *new* names after learning only their
+  facts (out-of-context reasoning, OCR); trained implications-first it does not;
+- *weight grafting*: the weight change that implications add on top of known facts, grafted onto a
+  model that learned counterfactual facts, predicts the counterfactual implications; the change
+  learned from implications alone does not;
+- a two-block analogue of layer freezing, and the linearised extractive scores (informative,
+  upstream, downstream) of the facts-first model on the test implications.
+
+Entity representations come from pretraining in the paper; here a "pretraining" stage on other
+names' facts builds a fact-storage pathway and the name embeddings are then frozen.
+Written by hand because no maintained library does it: the rank metric, the phase schedule, the
+grafting algebra (``companion.models.weight_deltas``) and the extractive scores
+(``companion.models.gpt2_attribution``). The model classes are ``transformers``'.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from companion import plotting, runtime
+from companion.claims import Claim, Verdict, evaluate_all
+from companion.models import gpt2_attribution as attrib
+from companion.models.weight_deltas import Delta, delta_since, snapshot, with_deltas
+from companion.params import BaseParams, ParamError, param
+
+BOS, DAX, ZONG = 0, 1, 2
+ORDERS = ("facts_first", "impl_first", "joint")
+CONTRAST_ORDERS = ("facts_first", "impl_first")  # joint already generalises with frozen names
+SCORE_KINDS = ("informative", "upstream", "downstream")
+
+
+@dataclass(frozen=True)
+class Params(BaseParams):
+    """Parameters of the toy reproduction (defaults = quick preset)."""
+
+    n_pre_names: int = param(200, lo=50, hi=2000, help="pretraining names (dax facts only)")
+    n_train_names: int = param(160, lo=40, hi=1000, help="training names (the three orders, grafting)")
+    n_test_names: int = param(40, lo=5, hi=1000, help="test names; a multiple of n_cities")
+    n_cities: int = param(20, lo=5, hi=50, help="cities = animals = answer options")
+    n_layer: int = param(2, lo=2, hi=4, help="GPT-2 blocks")
+    d_model: int = param(64, lo=32, hi=256, help="residual width")
+    n_head: int = param(4, lo=1, hi=16, help="attention heads; divides d_model")
+    lr: float = param(1e-3, lo=3e-4, hi=3e-3, help="Adam learning rate, every phase")
+    batch_size: int = param(64, lo=16, hi=256, help="batch size")
+    epochs_pre: int = param(80, lo=40, hi=300, help="epochs of the pretraining stage")
+    epochs_phase: int = param(60, lo=20, hi=200, help="epochs of each Stage-A phase")
+    epochs_test: int = param(30, lo=10, hi=100, help="epochs of the test-fact finetune")
+    replay_size: int = param(80, lo=0, hi=2000, help="pretraining facts replayed in Stage A")
+    freeze_name_embeddings: bool = param(True, help="False shows the failure mode")
+    run_grafting: bool = param(True, help="run the weight-grafting experiment")
+    run_scores: bool = param(True, help="compute the extractive-score heatmaps")
+    run_contrast: bool = param(True, help="rerun the orders with trainable name embeddings")
+
+    PRESETS = {
+        "full": {"seeds": 10, "n_pre_names": 300, "n_train_names": 200, "epochs_pre": 100,
+                 "epochs_phase": 80, "epochs_test": 40, "replay_size": 100},
+        "paper": {"seeds": 10, "n_pre_names": 2000, "n_train_names": 1000, "n_layer": 4, "d_model": 256,
+                  "n_head": 8, "epochs_pre": 300, "epochs_phase": 200, "epochs_test": 100,
+                  "replay_size": 400},
+    }
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_head:
+            raise ParamError(f"parameter 'n_head': {self.n_head} does not divide d_model={self.d_model}")
+        if self.n_test_names % self.n_cities:
+            raise ParamError(f"parameter 'n_test_names': {self.n_test_names} is not a multiple of "
+                             f"n_cities={self.n_cities}")
+        if self.replay_size > self.n_pre_names:
+            raise ParamError(f"parameter 'replay_size': {self.replay_size} exceeds n_pre_names={self.n_pre_names}")
+
+
+# ---------------------------------------------------------------- world and data
+
+@dataclass(frozen=True)
+class World:
+    """Names, their cities (real and counterfactual) and the city -> animal bijection."""
+
+    n_names: int
+    n_cities: int
+    city: np.ndarray  # (n_names,) city of each name
+    city2: np.ndarray  # (n_names,) counterfactual city, never equal to ``city``
+    animal: np.ndarray  # (n_cities,) animal of each city, a permutation
+    pre: np.ndarray  # name ids of the pretraining slice
+    train: np.ndarray  # name ids of the training slice
+    test: np.ndarray  # name ids of the test slice
+
+    @property
+    def vocab(self) -> int:
+        """BOS, DAX, ZONG, names, cities, animals."""
+        return 3 + self.n_names + 2 * self.n_cities
+
+    def name_tok(self, names: np.ndarray) -> np.ndarray:
+        return 3 + names
+
+    def city_tok(self, cities: np.ndarray) -> np.ndarray:
+        return 3 + self.n_names + cities
+
+    def animal_tok(self, animals: np.ndarray) -> np.ndarray:
+        return 3 + self.n_names + self.n_cities + animals
+
+
+def make_world(n_pre: int, n_train: int, n_test: int, n_cities: int, rng: np.random.Generator) -> World:
+    """Random facts; the test names cycle through a permutation so every city is used."""
+    n = n_pre + n_train + n_test
+    city = rng.integers(0, n_cities, size=n)
+    city[n_pre + n_train:] = rng.permutation(n_cities)[np.arange(n_test) % n_cities]
+    city2 = (city + rng.integers(1, n_cities, size=n)) % n_cities
+    ids = np.arange(n)
+    return World(n, n_cities, city, city2, rng.permutation(n_cities), ids[:n_pre],
+                 ids[n_pre:n_pre + n_train], ids[n_pre + n_train:])
+
+
+def dax(world: World, names: np.ndarray, counterfactual: bool = False) -> Tensor:
+    """Fact sequences ``[BOS, name, DAX, city]``; (n, 4) int64."""
+    cities = (world.city2 if counterfactual else world.city)[names]
+    return torch.as_tensor(np.stack([np.full(len(names), BOS), world.name_tok(names), np.full(len(names), DAX),
+                                     world.city_tok(cities)], axis=1), dtype=torch.long)
+
+
+def zong(world: World, names: np.ndarray, counterfactual: bool = False) -> Tensor:
+    """Implication sequences ``[BOS, name, ZONG, animal(city)]``; (n, 4) int64."""
+    cities = (world.city2 if counterfactual else world.city)[names]
+    return torch.as_tensor(np.stack([np.full(len(names), BOS), world.name_tok(names), np.full(len(names), ZONG),
+                                     world.animal_tok(world.animal[cities])], axis=1), dtype=torch.long)
+
+
+def candidates(world: World, seqs: Tensor) -> Tensor:
+    """The answer options of a batch (cities for dax, animals for zong); (n_cities,)."""
+    first = world.city_tok(np.arange(world.n_cities)) if int(seqs[0, 2]) == DAX else \
+        world.animal_tok(np.arange(world.n_cities))
+    return torch.as_tensor(first, dtype=torch.long)
+
+
+# ---------------------------------------------------------------- metric and loss
+
+def option_ranks(last_logits: Tensor, options: Tensor, answer: Tensor) -> Tensor:
+    """Rank of the correct option = number of options with a strictly larger logit; (B,).
+
+    last_logits: (B, V); options: (C,) token ids; answer: (B,) token ids (each in ``options``).
+    """
+    z = last_logits[:, options]
+    correct = last_logits.gather(1, answer[:, None])
+    return (z > correct).sum(1)
+
+
+def mean_logit_loss(last_logits: Tensor, options: Tensor, answer: Tensor) -> Tensor:
+    """``-z_correct + mean_o z_o`` over the options; (B,)."""
+    return -last_logits.gather(1, answer[:, None])[:, 0] + last_logits[:, options].mean(1)
+
+
+@torch.no_grad()
+def mean_ranks(model: GPT2LMHeadModel, world: World, *sets: Tensor) -> tuple[float, ...]:
+    """Mean option rank of the answers of each set of sequences, in one forward (0 = best)."""
+    logits = model(input_ids=torch.cat(sets)[:, :3]).logits[:, -1]
+    out, start = [], 0
+    for seqs in sets:
+        part = logits[start:start + len(seqs)]
+        out.append(float(option_ranks(part, candidates(world, seqs), seqs[:, 3]).float().mean()))
+        start += len(seqs)
+    return tuple(out)
+
+
+def mean_rank(model: GPT2LMHeadModel, world: World, seqs: Tensor) -> float:
+    """Mean option rank of the answers of ``seqs`` (chance = (C-1)/2)."""
+    return mean_ranks(model, world, seqs)[0]
+
+
+# ---------------------------------------------------------------- model and training
+
+def build_model(world: World, n_layer: int, d_model: int, n_head: int, gen: torch.Generator) -> GPT2LMHeadModel:
+    """A small untied GPT-2 whose initialisation is drawn from ``gen`` only."""
+    config = GPT2Config(vocab_size=world.vocab, n_positions=8, n_embd=d_model, n_layer=n_layer, n_head=n_head,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=False,
+                        bos_token_id=BOS, eos_token_id=BOS, use_cache=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        return GPT2LMHeadModel(config).eval()
+
+
+def train(model: GPT2LMHeadModel, seqs: Tensor, epochs: int, lr: float, batch_size: int,
+          rng: np.random.Generator, frozen_rows: Tensor | None = None, log=None) -> list:
+    """Adam (fresh) on next-token cross-entropy of the answer token; ``log()`` after each epoch.
+
+    ``frozen_rows``: token ids whose input embeddings get zero gradient (so Adam never moves them).
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
+    wte = model.transformer.wte.weight
+    history = []
+    for _ in range(epochs):
+        for idx in np.array_split(rng.permutation(len(seqs)), max(1, -(-len(seqs) // batch_size))):
+            batch = seqs[torch.as_tensor(idx)]
+            logits = model(input_ids=batch[:, :3]).logits[:, -1]
+            loss = torch.nn.functional.cross_entropy(logits, batch[:, 3])
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            if frozen_rows is not None:
+                wte.grad[frozen_rows] = 0.0
+            opt.step()
+        if log is not None:
+            history.append(log())
+    return history
+
+
+# ---------------------------------------------------------------- one seed
+
+@dataclass
+class SeedResult:
+    """Everything measured for one seed."""
+
+    ocr: dict[str, float] = field(default_factory=dict)  # zong(B) rank after the test finetune
+    test_fact: dict[str, float] = field(default_factory=dict)  # dax(B) rank after the test finetune
+    leak: dict[str, float] = field(default_factory=dict)  # zong(B) rank before the test finetune
+    impl_memorised: float = float("nan")  # zong(A) rank after impl-first phase 1
+    traj_a: dict[str, np.ndarray] = field(default_factory=dict)  # (epochs, 2): dax(A), zong(A)
+    traj_b: dict[str, np.ndarray] = field(default_factory=dict)  # (epochs+1, 2): dax(B), zong(B)
+    graft: dict[str, list[float]] = field(default_factory=dict)  # weights -> [Impl(F'), Impl(F), F']
+    layer_keep: dict[str, list[float]] = field(default_factory=dict)  # kept block -> [dax(B), zong(B)]
+    scores: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> (T, n_components)
+    trainable_ocr: dict[str, float] = field(default_factory=dict)  # OCR ranks with trainable names
+
+
+def _phases(order: str, world: World, replay: Tensor) -> list[Tensor]:
+    """The Stage-A phases of one order, each with the pretraining replay appended."""
+    facts, impls = dax(world, world.train), zong(world, world.train)
+    plan = {"facts_first": [facts, impls], "impl_first": [impls, facts], "joint": [torch.cat([facts, impls])]}
+    return [torch.cat([p, replay]) for p in plan[order]]
+
+
+def run_seed(params: Params, seed: int) -> SeedResult:
+    """Pretraining, the three orders with the test finetune, grafting and scores for one seed."""
+    rng, gen = runtime.generators(seed)
+    world = make_world(params.n_pre_names, params.n_train_names, params.n_test_names, params.n_cities, rng)
+    model = build_model(world, params.n_layer, params.d_model, params.n_head, gen)
+    train(model, dax(world, world.pre), params.epochs_pre, params.lr, params.batch_size, rng)
+    names = torch.as_tensor(world.name_tok(np.arange(world.n_names)))
+    frozen = names if params.freeze_name_embeddings else None
+    replay = dax(world, rng.choice(world.pre, size=params.replay_size, replace=False))
+    res = SeedResult()
+    deltas, (theta, new) = _orders(res, model, world, replay, frozen, params, rng)
+    dax_b, zong_b = dax(world, world.test), zong(world, world.test)
+    res.layer_keep = _layer_keep(new, theta, world, params.n_layer, dax_b, zong_b)
+    if params.run_scores:
+        res.scores = _scores(new, theta, world, zong_b, rng)
+    if params.run_grafting:
+        res.graft = _graft(model, world, replay, deltas, params, rng, frozen)
+    if params.run_contrast and params.freeze_name_embeddings:
+        other = SeedResult()
+        _orders(other, model, world, replay, None, params, rng, trace=False, orders=CONTRAST_ORDERS)
+        res.trainable_ocr = other.ocr
+    return res
+
+
+def _orders(res: SeedResult, model: GPT2LMHeadModel, world: World, replay: Tensor, frozen: Tensor | None,
+            params: Params, rng: np.random.Generator, trace: bool = True,
+            orders: tuple[str, ...] = ORDERS) -> tuple[dict, tuple[Delta, GPT2LMHeadModel]]:
+    """Stage A in each order, then the test finetune; fills ``res`` (trajectories if ``trace``).
+
+    Returns the Stage-A phase deltas by (order, phase) and the facts-first (theta, theta') pair.
+    """
+    fit = dict(lr=params.lr, batch_size=params.batch_size, rng=rng, frozen_rows=frozen)
+    dax_a, zong_a, dax_b, zong_b = dax(world, world.train), zong(world, world.train), dax(world, world.test), \
+        zong(world, world.test)
+    deltas, kept = {}, None
+    for order in orders:
+        m = copy.deepcopy(model)
+        log_a = lambda: mean_ranks(m, world, dax_a, zong_a)  # noqa: E731
+        log_b = lambda: mean_ranks(m, world, dax_b, zong_b)  # noqa: E731
+        traj = []
+        for k, phase in enumerate(_phases(order, world, replay)):
+            before = snapshot(m)
+            traj += train(m, phase, params.epochs_phase, log=log_a if trace else None, **fit)
+            deltas[(order, k)] = delta_since(m, before)
+            if order == "impl_first" and k == 0:
+                res.impl_memorised = mean_rank(m, world, zong_a)
+        res.traj_a[order] = np.array(traj)
+        theta = snapshot(m)
+        traj_b = [log_b()] + train(m, dax_b, params.epochs_test, log=log_b if trace else None, **fit)
+        traj_b += [] if trace else [log_b()]
+        res.traj_b[order] = np.array(traj_b)
+        res.leak[order] = traj_b[0][1]
+        res.test_fact[order], res.ocr[order] = traj_b[-1]
+        if order == "facts_first":
+            kept = (theta, m)
+    return deltas, kept
+
+
+def _layer_keep(new: GPT2LMHeadModel, theta: Delta, world: World, n_layer: int, dax_b: Tensor,
+                zong_b: Tensor) -> dict[str, list[float]]:
+    """Keep the test-fact weight change only in one block: ranks of dax(B) and zong(B)."""
+    delta_b = delta_since(new, theta)
+    out = {}
+    for l in range(n_layer):
+        dropped = {k: -v for k, v in delta_b.items() if not k.startswith(f"transformer.h.{l}.")}
+        with with_deltas(new, dropped):
+            out[f"block {l}"] = list(mean_ranks(new, world, dax_b, zong_b))
+    return out
+
+
+def _scores(new: GPT2LMHeadModel, theta: Delta, world: World, zong_b: Tensor,
+            rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Extractive scores of the test finetune on zong(B), mean over test points; (T, components)."""
+    old = copy.deepcopy(new)
+    with torch.no_grad():
+        for name, p in old.named_parameters():
+            p.copy_(theta[name])
+    delta = delta_since(new, theta)
+    n = len(zong_b)
+    cf = torch.cat([zong_b[torch.as_tensor((np.arange(n) + rng.integers(1, n, size=n)) % n)] for _ in range(10)])
+    options = candidates(world, zong_b)
+    loss = lambda logits, ans=zong_b[:, 3]: mean_logit_loss(logits[:, -1], options, ans.repeat(len(logits) // n))  # noqa: E731
+    s = attrib.extractive_scores(old, new, zong_b[:, :3], cf[:, :3], loss, delta)
+    return {k: v.mean(0).numpy() for k, v in s.items()}
+
+
+def _graft(w: GPT2LMHeadModel, world: World, replay: Tensor, deltas: dict, params: Params,
+           rng: np.random.Generator, frozen: Tensor | None) -> dict[str, list[float]]:
+    """Ranks [Impl(F'), Impl(F), F'] of W+D_F', the graft W+D_F'+D_{F,Impl} and the control W+D_F'+D_Impl."""
+    before = snapshot(w)
+    train(w, torch.cat([dax(world, world.train, True), replay]), params.epochs_phase, params.lr,
+          params.batch_size, rng, frozen)
+    d_cf = delta_since(w, before)
+    with torch.no_grad():
+        for name, p in w.named_parameters():
+            p.copy_(before[name])
+    evals = (zong(world, world.train, True), zong(world, world.train), dax(world, world.train, True))
+    out = {}
+    for label, extra in (("W_F'", []), ("graft", [deltas[("facts_first", 1)]]),
+                         ("control", [deltas[("impl_first", 0)]])):
+        with with_deltas(w, d_cf, *extra):
+            out[label] = list(mean_ranks(w, world, *evals))
+    return out
+
+
+# ---------------------------------------------------------------- experiment, claims, figures
+
+@dataclass
+class Results:
+    """The parameters, the seeds and one :class:`SeedResult` per seed."""
+
+    params: Params
+    seeds: list[int]
+    per_seed: list[SeedResult]
+
+    @property
+    def chance(self) -> float:
+        """Mean rank of a random guess among the options."""
+        return (self.params.n_cities - 1) / 2
+
+    def values(self, get) -> np.ndarray:
+        """``get(seed_result)`` for every seed, as an array."""
+        return np.array([get(r) for r in self.per_seed], dtype=float)
+
+
+def run(params: Params) -> Results:
+    """Run every seed (deterministic given ``params``)."""
+    runtime.limit_threads(1)  # tiny matmuls: a second thread only adds synchronisation
+    seeds = params.seed_list()
+    per_seed = [run_seed(params, s) for s in tqdm(seeds, desc="seeds", disable=None, leave=False)]
+    return Results(params, seeds, per_seed)
+
+
+CLAIMS = [
+    Claim("ordering-gap", "Implications-first leaves the test implications near chance while facts-first "
+          "does not: mean OCR rank gap impl-first minus facts-first",
+          "facts first gives OCR, impl. first stays near chance 9.5 (OLMo-7b, data-ordering figure)", 3.0, ">="),
+    Claim("facts-first-ocr", "Facts-first training gives OCR on new facts: mean zong(test) rank after the test-fact "
+          "finetune (chance 9.5)", "well below chance (OLMo-7b, data-ordering figure)", 5.5, "<="),
+    Claim("impl-first-chance", "Implications-first training gives no OCR: mean zong(test) rank (chance 9.5)",
+          "near chance 9.5 (OLMo-7b, data-ordering figure)", 6.5, ">="),
+    Claim("graft-margin", "Grafting D_{F,Impl} beats the control graft D_Impl on counterfactual implications: "
+          "rank(control) - rank(graft)", "8.42 - 1.13 = 7.29 (grafting table, OLMo-7b)", 2.5, ">="),
+    Claim("graft-ocr", "The graft predicts the counterfactual implications Impl(F'): mean rank",
+          "1.13 (grafting table, OLMo-7b)", 7.0, "<="),
+    Claim("no-graft-chance", "Without a graft, W_F' does not know Impl(F'): mean rank", "9.12 (grafting table)",
+          8.0, ">="),
+    Claim("test-facts-learned", "Sanity: the test facts are learned in every order (worst order's dax(test) rank)",
+          "0.00 (fact ranks)", 0.5, "<="),
+    Claim("no-leakage", "Sanity: before the test finetune zong(test) is at chance (worst order's |rank - 9.5|)",
+          "not reported", 2.5, "<="),
+    Claim("impl-memorised", "Sanity: impl-first phase 1 memorises zong(train) (rank after the phase)",
+          "not reported", 0.5, "<="),
+]
+
+
+def _per_seed(results: Results) -> dict[str, np.ndarray]:
+    """The measured value of every claim on every seed."""
+    v, c = results.values, results.chance
+    out = {
+        "ordering-gap": v(lambda r: r.ocr["impl_first"] - r.ocr["facts_first"]),
+        "facts-first-ocr": v(lambda r: r.ocr["facts_first"]),
+        "impl-first-chance": v(lambda r: r.ocr["impl_first"]),
+        "test-facts-learned": v(lambda r: max(r.test_fact.values())),
+        "no-leakage": v(lambda r: max(abs(x - c) for x in r.leak.values())),
+        "impl-memorised": v(lambda r: r.impl_memorised),
+    }
+    graft = {k: v(lambda r, k=k: r.graft[k][0] if r.graft else float("nan")) for k in ("W_F'", "graft", "control")}
+    out.update({"graft-margin": graft["control"] - graft["graft"], "graft-ocr": graft["graft"],
+                "no-graft-chance": graft["W_F'"]})
+    return out
+
+
+def check(results: Results) -> list[Verdict]:
+    """Evaluate :data:`CLAIMS` on the per-seed values (grafting claims are NaN without grafting)."""
+    return evaluate_all(CLAIMS, {k: list(x) for k, x in _per_seed(results).items()})
+
+
+def metrics(results: Results) -> dict:
+    """Small JSON-able summary: means over seeds (and the smallest ordering gap)."""
+    per = _per_seed(results)
+    out = {f"ocr_{o}": float(results.values(lambda r, o=o: r.ocr[o]).mean()) for o in ORDERS}
+    out["gap_min"] = float(per["ordering-gap"].min())
+    out.update({f"claim_{k}": float(np.mean(x)) for k, x in per.items()})
+    if results.per_seed[0].trainable_ocr:
+        out.update({f"trainable_ocr_{o}": float(results.values(lambda r, o=o: r.trainable_ocr[o]).mean())
+                    for o in CONTRAST_ORDERS})
+    for blk in results.per_seed[0].layer_keep:
+        out[f"keep_{blk.replace(' ', '')}_ocr"] = float(results.values(lambda r, b=blk: r.layer_keep[b][1]).mean())
+    return out
+
+
+def plot_ordering(results: Results) -> Figure:
+    """Fact (dashed) and implication (solid) ranks per epoch: Stage A (train names), Stage B (test names)."""
+    fig, (ax_a, ax_b) = plotting.figure(2, 1, width=4.2, height=3.0)
+    for i, order in enumerate(ORDERS):
+        colour = f"C{i}"
+        for ax, key in ((ax_a, "traj_a"), (ax_b, "traj_b")):
+            runs = np.stack([getattr(r, key)[order] for r in results.per_seed])
+            x = np.arange(runs.shape[1]) + (1 if key == "traj_a" else 0)
+            for j, style in ((0, "--"), (1, "-")):
+                mean, sd = runs[..., j].mean(0), runs[..., j].std(0)
+                ax.plot(x, mean, style, color=colour, label=f"{order} {'fact' if j == 0 else 'impl'}")
+                ax.fill_between(x, mean - sd, mean + sd, color=colour, alpha=0.12, linewidth=0)
+    for ax, title in ((ax_a, "Stage A: training names"), (ax_b, "Stage B: new facts only (test names)")):
+        ax.axhline(results.chance, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="epoch", ylabel="mean rank (0 = best)", title=title)
+    ax_b.legend(ncols=2, fontsize=7)
+    return fig
+
+
+def plot_grafting(results: Results) -> Figure:
+    """Mean ± s.d. ranks of Impl(F'), Impl(F) and F' for W_F', the graft and the control graft."""
+    fig, (ax,) = plotting.figure(1, 1, width=5.0, height=3.0)
+    labels = ("W_F'", "graft", "control")
+    names = ("W_F'", "W_F' + D_{F,Impl} (graft)", "W_F' + D_Impl (control)")
+    cols = ("Impl(F')", "Impl(F)", "F'")
+    vals = np.array([[r.graft[k] for k in labels] for r in results.per_seed if r.graft])
+    if vals.size == 0:
+        ax.text(0.5, 0.5, "run_grafting=False", ha="center", transform=ax.transAxes)
+        return fig
+    width = 0.27
+    for j, col in enumerate(cols):
+        ax.bar(np.arange(3) + (j - 1) * width, vals[..., j].mean(0), width, yerr=vals[..., j].std(0), label=col)
+    ax.axhline(results.chance, color="grey", lw=0.8, ls=":")
+    ax.set_xticks(np.arange(3), names, fontsize=8)
+    ax.set(ylabel="mean rank (0 = best)")
+    ax.legend(title="evaluated on")
+    return fig
+
+
+def plot_seeds(results: Results) -> Figure:
+    """OCR rank of every seed and order, with frozen and (if run) trainable name embeddings."""
+    panels = [("ocr", "names frozen" if results.params.freeze_name_embeddings else "names trainable", ORDERS)]
+    if results.per_seed[0].trainable_ocr:
+        panels.append(("trainable_ocr", "names trainable (contrast)", CONTRAST_ORDERS))
+    fig, axes = plotting.figure(len(panels), 1, width=3.4, height=2.8)
+    for ax, (key, title, orders) in zip(axes, panels):
+        for i, order in enumerate(orders):
+            y = results.values(lambda r: getattr(r, key)[order])
+            ax.scatter(np.full(len(y), i) + np.linspace(-0.15, 0.15, len(y)), y, color=f"C{i}", s=18)
+            ax.hlines(y.mean(), i - 0.25, i + 0.25, color="k", lw=1.2)
+        ax.axhline(results.chance, color="grey", lw=0.8, ls=":")
+        ax.set_xticks(range(len(orders)), orders)
+        ax.set(title=title, ylabel="OCR rank on test names", ylim=(-0.5, results.params.n_cities - 0.5))
+    return fig
+
+
+def plot_scores(results: Results) -> Figure:
+    """Heatmaps of the three extractive scores over (token position) x (block, MLP or attention)."""
+    fig, axes = plotting.figure(3, 1, width=2.6, height=2.6)
+    if not results.per_seed[0].scores:
+        axes[0].text(0.5, 0.5, "run_scores=False", ha="center", transform=axes[0].transAxes)
+        return fig
+    p = results.params
+    rows = [f"L{l} {kind}" for l in range(p.n_layer) for kind in ("attn", "mlp")]
+    for ax, kind in zip(axes, SCORE_KINDS):
+        s = np.mean([r.scores[kind] for r in results.per_seed], axis=0).reshape(3, p.n_layer, 1 + p.n_head)
+        grid = np.stack([s[:, :, 1:].sum(-1), s[:, :, 0]], axis=-1).reshape(3, -1).T
+        lim = np.abs(grid).max() or 1.0
+        im = ax.imshow(grid, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+        ax.set_xticks(range(3), ["BOS", "name", "zong"])
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_title(kind)
+        ax.grid(False)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    return fig
+
+
+def layer_keep_table(results: Results) -> pd.DataFrame:
+    """Mean (s.d.) ranks when the test-fact change is kept in one block only, next to keeping all of it."""
+    rows = {"all blocks": [results.values(lambda r: r.test_fact["facts_first"]),
+                           results.values(lambda r: r.ocr["facts_first"])]}
+    for blk in results.per_seed[0].layer_keep:
+        rows[f"{blk} only"] = [results.values(lambda r, b=blk, j=j: r.layer_keep[b][j]) for j in (0, 1)]
+    return pd.DataFrame({k: [f"{v.mean():.2f} ({v.std():.2f})" for v in vals] for k, vals in rows.items()},
+                        index=["fact rank dax(test)", "OCR rank zong(test)"]).T.rename_axis("weight change kept in")

@@ -1,0 +1,217 @@
+"""Unit checks of the extractive-structures toy: metric, delta algebra, frozen names, scores."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from companion.models import gpt2_attribution as attrib
+from companion.models.weight_deltas import delta_since, snapshot, with_deltas
+from companion.papers import extractive_structures as es
+from companion.params import ParamError
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is fastest and keeps timings stable on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def world() -> es.World:
+    return es.make_world(30, 30, 20, 10, np.random.default_rng(0))
+
+
+def _model(world: es.World, seed: int = 0, dtype=torch.float32):
+    return es.build_model(world, 2, 32, 4, torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def test_rank_best_worst_ties():
+    options = torch.arange(5)
+    logits = torch.tensor([[5.0, 1, 2, 3, 4], [0.0, 1, 2, 3, 4], [1.0, 1, 1, 1, 1]])
+    answer = torch.tensor([0, 0, 2])
+    assert es.option_ranks(logits, options, answer).tolist() == [0, 4, 0]
+
+
+def test_rank_uniform_is_chance():
+    g = torch.Generator().manual_seed(0)
+    n = 20
+    logits = torch.rand(10_000, n, generator=g)
+    answer = torch.randint(0, n, (10_000,), generator=g)
+    mean = es.option_ranks(logits, torch.arange(n), answer).float().mean().item()
+    assert abs(mean - (n - 1) / 2) < 0.3
+
+
+def test_mean_logit_loss_and_gradient():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(4, 12, generator=g, dtype=torch.float64, requires_grad=True)
+    options, answer = torch.tensor([2, 5, 7, 9]), torch.tensor([5, 2, 9, 7])
+    loss = es.mean_logit_loss(logits, options, answer)
+    expected = -logits.detach()[torch.arange(4), answer] + logits.detach()[:, options].mean(1)
+    torch.testing.assert_close(loss.detach(), expected)
+    loss.sum().backward()
+    assert torch.allclose(logits.grad[:, options].sum(1), torch.zeros(4, dtype=torch.float64))
+    assert logits.grad[:, [0, 1, 3]].abs().max() == 0
+
+
+def test_world_generator(world):
+    again = es.make_world(30, 30, 20, 10, np.random.default_rng(0))
+    assert all(np.array_equal(getattr(world, k), getattr(again, k)) for k in ("city", "city2", "animal", "test"))
+    assert sorted(world.animal) == list(range(10))
+    assert set(world.city[world.test]) == set(range(10))
+    assert np.all(world.city2 != world.city)
+    assert not set(world.pre) & set(world.train) and not set(world.train) & set(world.test)
+
+
+def test_delta_algebra_and_restore(world):
+    m = _model(world, dtype=torch.float64)
+    rng = np.random.default_rng(0)
+    w = snapshot(m)
+    es.train(m, es.dax(world, world.train), 2, 1e-3, 16, rng)
+    d1 = delta_since(m, w)
+    mid = snapshot(m)
+    es.train(m, es.zong(world, world.train), 2, 1e-3, 16, rng)
+    d2 = delta_since(m, mid)
+    end = snapshot(m)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            p.copy_(w[name])
+    with with_deltas(m, d1, d2):
+        for name, p in m.named_parameters():
+            assert torch.allclose(p, end[name], atol=1e-7, rtol=0)
+    assert all(torch.equal(p, w[name]) for name, p in m.named_parameters())
+
+
+def test_frozen_name_embeddings(world):
+    m = _model(world)
+    names = torch.as_tensor(world.name_tok(np.arange(world.n_names)))
+    before = m.transformer.wte.weight[names].clone()
+    es.train(m, torch.cat([es.dax(world, world.train), es.zong(world, world.train)]), 3, 1e-2, 16,
+             np.random.default_rng(0), frozen_rows=names)
+    assert torch.equal(m.transformer.wte.weight[names], before)
+    bos = m.transformer.wte.weight[es.BOS].clone()
+    es.train(m, es.dax(world, world.train), 1, 1e-2, 16, np.random.default_rng(0))
+    assert not torch.equal(m.transformer.wte.weight[names], before)
+    assert not torch.equal(m.transformer.wte.weight[es.BOS], bos)
+
+
+def test_informative_is_first_order_change():
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(6, 5, dtype=torch.float64)
+    u = torch.randn(3, 4, 6, generator=g, dtype=torch.float64)  # (batch, tokens, in)
+    dw, db = torch.randn(5, 6, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)
+
+    def loss(w, b):
+        return torch.tanh(u @ w.T + b).pow(2).sum()
+
+    w, b = lin.weight.detach().clone().requires_grad_(), lin.bias.detach().clone()
+    out = u @ w.T + b
+    grad_out, = torch.autograd.grad(torch.tanh(out).pow(2).sum(), out)
+    linear = ((u @ dw.T + db) * grad_out).sum()
+    eps = 1e-4
+    fd = (loss(w + eps * dw, b + eps * db) - loss(w, b)) / eps
+    assert abs(linear.item() - fd.item()) / abs(fd.item()) < 1e-2
+
+
+def _pair(world, dtype=torch.float64):
+    """An old model and a new one that differs from it by a small random delta."""
+    old = _model(world, dtype=dtype)
+    new = copy.deepcopy(old)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(1e-3 * torch.randn(p.shape, generator=g, dtype=dtype))
+    return old, new
+
+
+def _loss(world, seqs):
+    options = es.candidates(world, seqs)
+    return lambda logits: es.mean_logit_loss(logits[:, -1], options, seqs[:, 3].repeat(len(logits) // len(seqs)))
+
+
+def test_informative_scores_match_gpt2_linearisation(world):
+    old, new = _pair(world)
+    seqs = es.zong(world, world.test)
+    delta = delta_since(new, snapshot(old))
+    acts, grads = attrib.trace(old, seqs[:, :3], _loss(world, seqs))
+    total = attrib.informative(acts, grads, delta, 4).sum()
+    eps = 1e-3
+    comps = attrib.component_names(2, 4)
+    merged = {}
+    for c in comps:
+        for k, v in attrib.component_delta(delta, c, 4).items():
+            merged[k] = merged.get(k, 0) + v
+    base = _loss(world, seqs)(old(input_ids=seqs[:, :3]).logits).sum()
+    with with_deltas(old, {k: eps * v for k, v in merged.items()}):
+        moved = _loss(world, seqs)(old(input_ids=seqs[:, :3]).logits).sum()
+    fd = -(moved - base) / eps
+    assert abs(total.item() - fd.item()) <= 2e-2 * abs(fd.item())
+
+
+def test_downstream_zero_without_upstream_change(world):
+    old, new = _pair(world)
+    seqs = es.zong(world, world.test)
+    cf = seqs[torch.arange(len(seqs)).roll(1)]
+    s0 = attrib.extractive_scores(old, copy.deepcopy(old), seqs[:, :3], cf[:, :3], _loss(world, seqs),
+                                  delta_since(old, snapshot(old)))
+    assert all(torch.equal(s0[k], torch.zeros_like(s0[k])) for k in ("downstream", "upstream", "informative"))
+    # a change only in block 1's MLP leaves that MLP's inputs, so its strict downstream score is 0
+    only = attrib.component_delta(delta_since(new, snapshot(old)), "L1.mlp", 4)
+    mlp_new = copy.deepcopy(old)
+    with torch.no_grad():
+        for k, v in only.items():
+            mlp_new.get_parameter(k).add_(v)
+    s = attrib.extractive_scores(old, mlp_new, seqs[:, :3], cf[:, :3], _loss(world, seqs),
+                                 delta_since(mlp_new, snapshot(old)))
+    idx = attrib.component_names(2, 4).index("L1.mlp")
+    assert torch.equal(s["downstream"][..., idx], torch.zeros_like(s["downstream"][..., idx]))
+    assert s["informative"][..., idx].abs().sum() > 0
+
+
+def test_upstream_zero_for_identical_counterfactual(world):
+    old, new = _pair(world)
+    seqs = es.zong(world, world.test)
+    s = attrib.extractive_scores(old, new, seqs[:, :3], seqs[:, :3].repeat(3, 1), _loss(world, seqs),
+                                 delta_since(new, snapshot(old)))
+    assert torch.equal(s["upstream"], torch.zeros_like(s["upstream"]))
+    assert s["downstream"].abs().sum() > 0
+
+
+def test_params_validation():
+    with pytest.raises(ParamError):
+        es.Params.resolve("quick", n_citiez=5)
+    with pytest.raises(ParamError):
+        es.Params.resolve("quick", lr="fast")
+    with pytest.raises(ParamError):
+        es.Params.resolve("quick", n_layer=9)
+    with pytest.raises(ParamError):
+        es.Params.resolve("quick", n_test_names=30)
+    with pytest.raises(ParamError):
+        es.Params.resolve("quick", n_head=5)
+    assert es.Params.resolve("full").seeds == 10
+
+
+def _tiny() -> es.Params:
+    return es.Params.resolve("quick", seeds=1, n_pre_names=50, n_train_names=40, n_test_names=20, n_cities=10,
+                             epochs_pre=40, epochs_phase=20, epochs_test=10, replay_size=20, run_scores=True,
+                             run_contrast=False)
+
+
+def test_smoke_and_determinism():
+    t = time.process_time()
+    a = es.run(_tiny())
+    assert time.process_time() - t < 10
+    b = es.run(_tiny())
+    verdicts = es.check(a)
+    assert {v.id for v in verdicts} == {c.id for c in es.CLAIMS}
+    assert all(np.isfinite(v.value) for v in verdicts)
+    assert all(np.isfinite(x) for x in es.metrics(a).values())
+    assert a.per_seed[0].ocr == b.per_seed[0].ocr and a.per_seed[0].graft == b.per_seed[0].graft
+    assert all(np.isfinite(s).all() for s in a.per_seed[0].scores.values())
