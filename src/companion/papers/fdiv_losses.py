@@ -352,9 +352,6 @@ def run(params: Params) -> Results:
     iters = list(range(2, 41, 2))
     res.convergence = convergence(params.seed)
     res.slopes = {name: error_slope(iters, res.convergence[name]) for name in SPARSE_FAMILIES}
-    for seed in seeds:
-        res.reduction_errors.append(reduction_errors(seed))
-        res.general_errors.append(general_error(seed))
     lm_jobs = [(params, seed, loss) for seed in seeds for loss in params.lm_losses]
     every = max(1, params.lm_steps // 10)
     res.lm_curve_steps = list(range(every, params.lm_steps + 1, every))
@@ -365,16 +362,24 @@ def run(params: Params) -> Results:
         if loss:
             _collect_lm(res, loss[0], out)
         else:
-            for name, (acc, support) in out.items():
+            res.reduction_errors.append(out["reductions"])
+            res.general_errors.append(out["general"])
+            for name, (acc, support) in out["digits"].items():
                 res.clf_acc.setdefault(name, []).append(acc)
                 res.clf_support.setdefault(name, []).append(support)
     res.bayes = [out["bayes"] for (_, _, *loss), out in zip(jobs, outs) if loss and loss[0] == params.lm_losses[0]]
     return res
 
 
+def seed_job(params: Params, seed: int) -> dict[str, Any]:
+    """Parts A and B for one seed: operator checks and the digits experiment."""
+    return {"reductions": reduction_errors(seed), "general": general_error(seed),
+            "digits": digits_experiment(params, seed)}
+
+
 def _job(job: tuple) -> Any:
-    """One unit of parallel work: a digits seed ``(params, seed)`` or an LM run ``(params, seed, loss)``."""
-    return lm_job(*job) if len(job) == 3 else digits_experiment(*job)
+    """One unit of parallel work: a seed's parts A-B ``(params, seed)`` or an LM run ``(params, seed, loss)``."""
+    return lm_job(*job) if len(job) == 3 else seed_job(*job)
 
 
 # --- claims -------------------------------------------------------------------------------------
