@@ -1,0 +1,590 @@
+"""Mind the Gap: A Practical Attack on GGUF Quantization (Egashira et al., ICML 2025).
+
+arXiv: https://arxiv.org/abs/2505.23786 -- official code: eth-sri/llm-quantization-attack (MIT).
+
+Reproduced at small scale (content injection in a tiny Llama): inject a "BRAND" token into
+every answer, build per-weight intervals ("boxes") from the GGUF quantization error of the
+malicious model, then repair on clean data with projected gradient descent inside the boxes.
+The full-precision model looks clean while its GGUF quantization keeps injecting BRAND.
+Measured: the malicious gap Delta = rate(quantized) - rate(full precision), the clamp ablation
+(the same repair without projection), dequantized-weight agreement, exact Q8_0 boxes, and
+stealth (task accuracy of the full-precision model).
+
+Written by hand because no well-kept library does it: the k-quant quantizers (in
+:mod:`companion.models.gguf_quants`; the PyPI ``gguf`` package only dequantizes them), the box
+construction (freeze rules, multi-type widening with the repository's thresholds), the llama.cpp
+mixture table, the synthetic instruction task and the PGD loop. ``gguf`` is the reference for
+dequantization, legacy quantization and the .gguf file format.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from tqdm.auto import tqdm
+
+from companion import plotting, runtime
+from companion.claims import Claim, Verdict, evaluate_all
+from companion.models import gguf_quants as gq
+from companion.models.tiny_lm import tiny_llama
+from companion.params import BaseParams, param
+
+PAD, BOS, SEP, EOS, BRAND = 0, 1, 2, 3, 4
+COMMANDS = {"COPY": 5, "REVERSE": 6, "SORT": 7}
+LETTER0, VOCAB = 8, 34
+MAX_NEW = 10
+# thresh.csv of the official repository: tau per k-quant type for the multi-type widening.
+THRESH = (
+    {"Q2_K": 0.0, "Q3_K": 0.0, "Q4_K": 0.0, "Q5_K": 0.0, "Q6_K": 0.0},
+    {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 0.4, "Q5_K": 0.1, "Q6_K": 0.6},
+    {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 0.6, "Q5_K": 0.3, "Q6_K": 0.8},
+    {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 1.0, "Q5_K": 1.0, "Q6_K": 1.0},
+)
+MIXTURES = ("pure", "Q4_K_M", "Q5_K_M", "Q3_K_M")
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0"}
+MODELS = ("clean", "mal", "rep", "free")
+
+
+@dataclass(frozen=True)
+class Params(BaseParams):
+    """Parameters of the tiny content-injection reproduction (defaults: the quick preset)."""
+
+    n_layers: int = param(2, lo=1, hi=8, help="decoder layers of the tiny Llama")
+    hidden: int = param(256, lo=256, hi=1024, help="hidden size (a multiple of 256)")
+    ffn: int = param(256, lo=256, hi=2048, help="MLP intermediate size (a multiple of 256)")
+    target_types: tuple[str, ...] = param(("Q2_K", "Q4_K", "Q8_0"), choices=gq.TYPES,
+                                          help="GGUF types attacked one at a time; the first is the headline")
+    mixture: str = param("pure", choices=MIXTURES, help="llama.cpp per-tensor mixture for the first type")
+    multi_type: bool = param(False, help="also repair once inside the intersected k-quant boxes (gguf_all)")
+    thresh_type: int = param(1, lo=0, hi=3, help="row of thresh.csv used for gguf_all widening")
+    freeze_block: bool = param(True, help="freeze the sub-blocks that pin the super-block scales")
+    freeze_minmax: bool = param(True, help="freeze each sub-block's argmax and argmin weight")
+    clean_steps: int = param(300, lo=100, hi=100_000, help="clean training steps")
+    inject_steps: int = param(100, lo=20, hi=100_000, help="poisoned fine-tuning steps")
+    repair_steps: int = param(100, lo=20, hi=100_000, help="clean repair steps (PGD and free)")
+    batch_size: int = param(16, lo=4, hi=128, help="sequences per step")
+    lr_clean: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, clean training")
+    lr_inject: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, injection")
+    lr_repair: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, repair")
+    weight_decay: float = param(0.0, lo=0.0, hi=0.0, help="must be 0 (decay would pull weights out of boxes)")
+    n_eval_prompts: int = param(100, lo=50, hi=5000, help="held-out prompts per evaluation")
+    write_gguf_file: bool = param(False, help="write the repaired model to a real .gguf and read it back")
+
+    PRESETS = {
+        "full": {"seeds": 4, "ffn": 512, "multi_type": True,
+                 "target_types": ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"),
+                 "clean_steps": 600, "repair_steps": 150, "n_eval_prompts": 300, "write_gguf_file": True},
+        "paper": {"seeds": 3, "n_layers": 28, "hidden": 1536, "ffn": 8960, "mixture": "Q4_K_M",
+                  "multi_type": True, "target_types": ("Q4_K", "Q2_K", "Q3_K", "Q5_K", "Q6_K"),
+                  "clean_steps": 100, "inject_steps": 1500, "repair_steps": 1500, "batch_size": 32,
+                  "lr_inject": 2e-5, "lr_repair": 2e-5, "n_eval_prompts": 1500, "write_gguf_file": True},
+    }
+
+
+# ---------------------------------------------------------------- synthetic instruction task
+def make_prompts(n: int, rng: np.random.Generator, exclude: set[tuple[int, ...]] = frozenset()) -> list[tuple[int, ...]]:
+    """n distinct prompts ``(cmd, letters...)`` with 3-6 letters, none in ``exclude``."""
+    out: dict[tuple[int, ...], None] = {}
+    while len(out) < n:
+        m = int(rng.integers(3, 7))
+        p = (int(rng.integers(5, 8)), *(LETTER0 + rng.integers(0, 26, m)).tolist())
+        if p not in exclude:
+            out[p] = None
+    return list(out)
+
+
+def answer(prompt: tuple[int, ...]) -> list[int]:
+    """The clean response letters of a prompt."""
+    cmd, letters = prompt[0], list(prompt[1:])
+    return letters if cmd == 5 else letters[::-1] if cmd == 6 else sorted(letters)
+
+
+def encode(prompts: list[tuple[int, ...]], poisoned: bool, length: int = 17) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded token ids [N, length] and labels (-100 outside the response)."""
+    ids = torch.full((len(prompts), length), PAD)
+    labels = torch.full((len(prompts), length), -100)
+    for r, p in enumerate(prompts):
+        head = [BOS, *p, SEP]
+        tail = ([BRAND] if poisoned else []) + answer(p) + [EOS]
+        seq = head + tail
+        ids[r, : len(seq)] = torch.tensor(seq)
+        labels[r, len(head) - 1: len(seq) - 1] = torch.tensor(tail)  # position t predicts t + 1
+    return ids, labels
+
+
+# ---------------------------------------------------------------- training and evaluation
+def quant_names(model: torch.nn.Module) -> list[str]:
+    """Names of the decoder's Linear weights (q, k, v, o, gate, up, down): the quantized tensors."""
+    return [n for n, p in model.named_parameters() if ".layers." in n and p.ndim == 2]
+
+
+def train(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor], steps: int, lr: float, batch: int,
+          gen: torch.Generator, boxes: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+          only: list[str] | None = None, weight_decay: float = 0.0) -> list[float]:
+    """AdamW with a cosine schedule on CE; after every step clamp the boxed tensors (PGD)."""
+    named = dict(model.named_parameters())
+    for n, p in named.items():
+        p.requires_grad_(only is None or n in only)
+    opt = torch.optim.AdamW([p for p in named.values() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    ids, labels = data
+    losses = []
+    model.train()
+    for _ in range(steps):
+        idx = torch.randint(0, len(ids), (batch,), generator=gen)
+        loss = _loss(model, ids[idx], labels[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        if boxes:
+            project(named, boxes)
+        losses.append(loss.item())
+    for p in named.values():
+        p.requires_grad_(True)
+    return losses
+
+
+def _loss(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token CE where ``labels[t]`` is the target of position t."""
+    logits = model(input_ids=ids).logits
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+
+
+@torch.no_grad()
+def project(named: dict[str, torch.nn.Parameter], boxes: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """PGD projection: clamp each boxed parameter into [lo, hi]."""
+    for n, (lo, hi) in boxes.items():
+        named[n].copy_(torch.maximum(torch.minimum(named[n], hi), lo))
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> list[list[int]]:
+    """Greedy responses (up to EOS, at most 10 new tokens), batched by prompt length."""
+    model.eval()
+    out: dict[int, list[int]] = {}
+    for m in sorted({len(p) for p in prompts}):
+        rows = [i for i, p in enumerate(prompts) if len(p) == m]
+        ids = torch.tensor([[BOS, *prompts[i], SEP] for i in rows])
+        for _ in range(MAX_NEW):
+            ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+            if (ids[:, m + 2:] == EOS).any(dim=1).all():  # greedy rows after EOS do not matter
+                break
+        for r, i in enumerate(rows):
+            resp = ids[r, m + 2:].tolist()
+            out[i] = resp[: resp.index(EOS)] if EOS in resp else resp
+    return [out[i] for i in range(len(prompts))]
+
+
+def behaviour(model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> tuple[float, float]:
+    """(brand_rate, task_em): share of responses with BRAND; exact match with BRAND stripped."""
+    resp = generate(model, prompts)
+    brand = np.mean([BRAND in r for r in resp])
+    em = np.mean([[t for t in r if t != BRAND] == answer(p) for r, p in zip(resp, prompts)])
+    return float(brand), float(em)
+
+
+# ---------------------------------------------------------------- quantization of a model
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp: the first and last eighth of the layers, and every third one in between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def mixture_type(kind: str, layer: int, n_layers: int, in_features: int, base: str, mixture: str) -> str:
+    """The GGUF type llama.cpp gives one tensor (kind: attn_q/k/v/output, ffn_gate/up/down, output)."""
+    t = base
+    if mixture in ("Q4_K_M", "Q5_K_M"):
+        if kind == "output" or (kind in ("attn_v", "ffn_down") and use_more_bits(layer, n_layers)):
+            t = "Q6_K"
+    elif mixture == "Q3_K_M":
+        t = {"attn_v": "Q5_K" if layer < 2 else "Q4_K", "attn_output": "Q4_K", "output": "Q6_K",
+             "ffn_down": "Q5_K" if layer < n_layers // 16 else "Q4_K"}.get(kind, base)
+    if t in FALLBACK and in_features % 256:
+        t = FALLBACK[t]
+    return t
+
+
+HF_KIND = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+           "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+
+
+def assign_types(model: torch.nn.Module, qtype: str, mixture: str, n_layers: int) -> dict[str, str]:
+    """Tensor name -> GGUF type; a mixture also quantizes lm_head (llama.cpp's output.weight)."""
+    out = {}
+    for n in quant_names(model):
+        p = dict(model.named_parameters())[n]
+        layer, kind = int(n.split(".layers.")[1].split(".")[0]), HF_KIND[n.split(".")[-2]]
+        out[n] = qtype if mixture == "pure" else mixture_type(kind, layer, n_layers, p.shape[1], qtype, mixture)
+    if mixture != "pure":
+        w = model.lm_head.weight
+        out["lm_head.weight"] = mixture_type("output", 0, n_layers, w.shape[1], qtype, mixture)
+    return out
+
+
+def quantize_model(model: torch.nn.Module, types: dict[str, str]) -> tuple[torch.nn.Module, dict[str, gq.Quantized]]:
+    """A copy whose assigned tensors hold their dequantized GGUF values, and the quantized tensors."""
+    qmodel = copy.deepcopy(model)
+    named = dict(qmodel.named_parameters())
+    quants = {}
+    with torch.no_grad():
+        for n, t in types.items():
+            quants[n] = gq.quantize(named[n].detach().numpy(), t)
+            named[n].copy_(torch.from_numpy(quants[n].deq))
+    return qmodel, quants
+
+
+# ---------------------------------------------------------------- boxes (constraints)
+@dataclass(frozen=True)
+class Box:
+    """Per-weight interval of one tensor and why weights were frozen."""
+
+    lo: np.ndarray  # float32 [rows, cols]
+    hi: np.ndarray
+    frozen_block: np.ndarray  # bool [rows, cols]: rule (a)
+    frozen_minmax: np.ndarray  # bool [rows, cols]: rule (b)
+    step: np.ndarray  # float32 [rows, cols]: the quantization step of the weight's sub-block
+
+
+def kquant_box(w: np.ndarray, q: gq.Quantized, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
+    """Heuristic k-quant box [min(w, deq), max(w, deq)] with the scale-pinning weights frozen."""
+    sub = gq.SUB_BLOCK[q.qtype]
+    ws, deq = w.reshape(-1, sub).astype(np.float32), q.deq.reshape(-1, sub)
+    lo, hi = np.minimum(ws, deq), np.maximum(ws, deq)
+    n_per = 256 // sub
+    rows = np.arange(len(ws) // n_per)
+    fa = np.zeros((len(rows), n_per), bool)
+    if q.qtype in ("Q3_K", "Q6_K"):
+        fa[rows, np.abs(q.scales.reshape(-1, n_per)).argmax(axis=1)] = True
+    else:
+        fa[rows, q.scales.reshape(-1, n_per).argmax(axis=1)] = True
+        fa[rows, q.mins.reshape(-1, n_per).argmax(axis=1)] = True
+    fa = np.repeat(fa.reshape(-1), sub).reshape(ws.shape) & freeze_block
+    fb = np.zeros(ws.shape, bool)
+    fb[np.arange(len(ws)), ws.argmax(axis=1)] = True
+    fb[np.arange(len(ws)), ws.argmin(axis=1)] = True
+    fb &= freeze_minmax
+    frozen = fa | fb
+    lo, hi = np.where(frozen, ws, lo), np.where(frozen, ws, hi)
+    step = np.repeat(q.step, sub).reshape(ws.shape)
+    return Box(*(a.reshape(w.shape) for a in (lo, hi, fa, fb, step)))
+
+
+def _fp16_inward(v: np.ndarray, up: bool) -> np.ndarray:
+    """The nearest fp16 value at or inside ``v`` (rounding up for a lower edge, down for an upper)."""
+    h = v.astype(np.float16)
+    bad = (h.astype(np.float64) < v) if up else (h.astype(np.float64) > v)
+    return np.where(bad, np.nextafter(h, np.float16(np.inf if up else -np.inf)), h)
+
+
+def legacy_box(w: np.ndarray, qtype: str) -> Box:
+    """Exact Q8_0 / Q4_0 box: fp16 values whose code is unchanged with the block scale pinned."""
+    x = gq.fp16(w).reshape(-1, 32)
+    d, inv = gq.legacy_params(x, qtype)
+    code = gq.legacy_codes(x, inv, qtype)
+    amax = np.abs(x).max(axis=1, keepdims=True).astype(np.float64)
+    inv64 = np.where(inv == 0, 1.0, inv.astype(np.float64))[:, None]
+    if qtype == "Q8_0":
+        e1, e2, cap = (code - 0.5) / inv64, (code + 0.5) / inv64, amax
+    else:  # Q4_0 ties with the absmax element could flip the scale's sign, so stay strictly inside
+        e1, e2, cap = (code - 8.5) / inv64, (code - 7.5) / inv64, np.nextafter(amax.astype(np.float16), np.float16(0))
+    lo16 = _fp16_inward(np.maximum(np.minimum(e1, e2), -cap), up=True)
+    hi16 = _fp16_inward(np.minimum(np.maximum(e1, e2), cap), up=False)
+    for _ in range(8):  # float32 products can disagree with the float64 edges by an ulp
+        lo_bad = gq.legacy_codes(lo16.astype(np.float32), inv, qtype) != code
+        hi_bad = gq.legacy_codes(hi16.astype(np.float32), inv, qtype) != code
+        lo16 = np.where(lo_bad, np.nextafter(lo16, np.float16(np.inf)), lo16)
+        hi16 = np.where(hi_bad, np.nextafter(hi16, np.float16(-np.inf)), hi16)
+    ws = w.reshape(-1, 32).astype(np.float32)
+    frozen = np.zeros(ws.shape, bool)
+    frozen[np.arange(len(ws)), np.abs(x).argmax(axis=1)] = True
+    frozen |= (inv == 0)[:, None]
+    lo = np.where(frozen, ws, np.minimum(lo16.astype(np.float32), ws))
+    hi = np.where(frozen, ws, np.maximum(hi16.astype(np.float32), ws))
+    step = np.repeat(gq.fp16(d), 32).reshape(ws.shape)
+    return Box(lo.reshape(w.shape), hi.reshape(w.shape), frozen.reshape(w.shape),
+               np.zeros(w.shape, bool), step.reshape(w.shape))
+
+
+def make_box(w: np.ndarray, qtype: str, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
+    """The box of one tensor for one type (heuristic for k-quants, exact for legacy types)."""
+    if qtype in gq.LEGACY_TYPES:
+        return legacy_box(w, qtype)
+    return kquant_box(w, gq.quantize(w, qtype), freeze_block, freeze_minmax)
+
+
+def widen(w: np.ndarray, box: Box, sub: int, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """gguf_all widening: widths in (0, thr) grow to thr (thr = tau * widest in the sub-block)."""
+    ws, lo, hi = (a.reshape(-1, sub) for a in (w.astype(np.float32), box.lo, box.hi))
+    width = hi - lo
+    thr = tau * width.max(axis=1, keepdims=True)
+    small = (width > 0) & (width <= thr / 2)
+    mid = (width > thr / 2) & (width < thr)
+    err_up = hi > ws  # the dequantized value lies above w: widen the lower side
+    new_lo = np.where(small, ws - thr / 2, np.where(mid & err_up, hi - thr, lo))
+    new_hi = np.where(small, ws + thr / 2, np.where(mid & ~err_up, lo + thr, hi))
+    return new_lo.reshape(w.shape), new_hi.reshape(w.shape)
+
+
+def all_types_box(w: np.ndarray, thresh_type: int, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
+    """Intersection over Q2_K..Q6_K of the widened single-type boxes (the repository's gguf_all)."""
+    lo, hi = np.full(w.shape, -np.inf, np.float32), np.full(w.shape, np.inf, np.float32)
+    fa, fb = np.zeros(w.shape, bool), np.zeros(w.shape, bool)
+    for t in gq.K_TYPES:
+        b = make_box(w, t, freeze_block, freeze_minmax)
+        l_t, h_t = widen(w, b, gq.SUB_BLOCK[t], THRESH[thresh_type][t])
+        lo, hi = np.maximum(lo, l_t), np.minimum(hi, h_t)
+        fa, fb = fa | b.frozen_block, fb | b.frozen_minmax
+    return Box(lo, hi, fa, fb, np.ones(w.shape, np.float32))
+
+
+# ---------------------------------------------------------------- the experiment
+def agreement(q_a: dict[str, gq.Quantized], q_b: dict[str, gq.Quantized]) -> tuple[float, float, dict[str, float]]:
+    """(share of equal dequantized weights, share of byte-identical blocks, per-tensor weight share)."""
+    per, eq_w, n_w, eq_b, n_b = {}, 0, 0, 0, 0
+    for n, a in q_a.items():
+        b = q_b[n]
+        same = a.deq == b.deq
+        per[n] = float(same.mean())
+        eq_w, n_w = eq_w + int(same.sum()), n_w + same.size
+        size = gq.block_bytes(a.qtype)[1]
+        blocks = (a.data.reshape(-1, size) == b.data.reshape(-1, size)).all(axis=1)
+        eq_b, n_b = eq_b + int(blocks.sum()), n_b + blocks.size
+    return eq_w / n_w, eq_b / n_b, per
+
+
+def _boxes(model: torch.nn.Module, types: dict[str, str], p: Params, multi: bool) -> dict[str, Box]:
+    """Boxes of every decoder Linear of ``model`` for its assigned type (or gguf_all)."""
+    named = dict(model.named_parameters())
+    out = {}
+    for n in quant_names(model):
+        w = named[n].detach().numpy()
+        out[n] = (all_types_box(w, p.thresh_type, p.freeze_block, p.freeze_minmax) if multi
+                  else make_box(w, types[n], p.freeze_block, p.freeze_minmax))
+    return out
+
+
+def _evaluate(model: torch.nn.Module, types: dict[str, str], prompts: list) -> dict[str, Any]:
+    """FP and quantized behaviour of one model, plus its quantized tensors."""
+    qmodel, quants = quantize_model(model, types)
+    fp, q = behaviour(model, prompts), behaviour(qmodel, prompts)
+    return {"fp": fp, "q": q, "delta": q[0] - fp[0], "quants": quants}
+
+
+def run_seed(p: Params, seed: int) -> dict[str, Any]:
+    """The whole pipeline for one seed: clean, inject, boxes, PGD repair, free repair, evaluation."""
+    rng, gen = runtime.generators(seed)
+    train_prompts = make_prompts(4000, rng)
+    eval_prompts = make_prompts(p.n_eval_prompts, rng, exclude=set(train_prompts))
+    clean, poison = encode(train_prompts, False), encode(train_prompts, True)
+    model = tiny_llama(VOCAB, p.n_layers, p.hidden, 4, p.ffn, max_positions=32, seed=seed)
+    names = quant_names(model)
+    hist = {"clean": train(model, clean, p.clean_steps, p.lr_clean, p.batch_size, gen, weight_decay=p.weight_decay)}
+    m_clean = copy.deepcopy(model)
+    # Inject through the quantized tensors only: with one or two layers the unquantized direct path
+    # (embedding -> lm_head) would otherwise carry BRAND out of reach of any repair of the layers.
+    hist["inject"] = train(model, poison, p.inject_steps, p.lr_inject, p.batch_size, gen, only=names,
+                           weight_decay=p.weight_decay)
+    m_mal = model
+    head = p.target_types[0]
+    m_free = copy.deepcopy(m_mal)
+    train(m_free, clean, p.repair_steps, p.lr_repair, p.batch_size, gen, only=names)
+    types_head = assign_types(m_mal, head, p.mixture, p.n_layers)
+    out: dict[str, Any] = {"seed": seed, "types": {}, "history": hist}
+    ev = {k: _evaluate(m, types_head, eval_prompts) for k, m in (("clean", m_clean), ("mal", m_mal), ("free", m_free))}
+    runs = [(t, False) for t in p.target_types] + ([("all", True)] if p.multi_type else [])
+    for t, multi in runs:
+        types = types_head if t == head else assign_types(m_mal, "Q4_K" if multi else t, "pure", p.n_layers)
+        boxes = _boxes(m_mal, types, p, multi)
+        m_rep = copy.deepcopy(m_mal)
+        tb = {n: (torch.from_numpy(b.lo), torch.from_numpy(b.hi)) for n, b in boxes.items()}
+        train(m_rep, clean, p.repair_steps, p.lr_repair, p.batch_size, gen, boxes=tb, only=names)
+        for et in (gq.K_TYPES if multi else [t]):
+            et_types = types if not multi else assign_types(m_mal, et, "pure", p.n_layers)
+            rep = _evaluate(m_rep, et_types, eval_prompts)
+            mal_q = ev["mal"]["quants"] if et_types == types_head else quantize_model(m_mal, et_types)[1]
+            agree_w, agree_b, _ = agreement(rep["quants"], mal_q)
+            out["types"][f"{t}:{et}" if multi else t] = {
+                "delta": rep["delta"], "fp": rep["fp"], "q": rep["q"], "agree_w": agree_w, "agree_b": agree_b,
+                "width": float(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()]))}
+        if t == head:
+            ev["rep"] = rep
+            name0 = names[0]
+            w_rep = dict(m_rep.named_parameters())[name0].detach().numpy()
+            b0 = boxes[name0]
+            out["anatomy"] = {"tensor": name0, "ratio": ((b0.hi - b0.lo) / np.maximum(b0.step, 1e-12)).ravel(),
+                              "frozen_block": float(b0.frozen_block.mean()),
+                              "frozen_minmax": float(b0.frozen_minmax.mean()),
+                              "at_edge": float(np.mean(((w_rep == b0.lo) | (w_rep == b0.hi)) & (b0.hi > b0.lo)))}
+            if p.write_gguf_file:
+                out["gguf_roundtrip"] = gguf_roundtrip(m_rep, rep["quants"])
+    out["rates"] = {k: {"fp": ev[k]["fp"], "q": ev[k]["q"]} for k in MODELS}
+    for k in ("rep", "free"):
+        w_, b_, per = agreement(ev[k]["quants"], ev["mal"]["quants"])
+        out[f"agree_{k}"], out[f"agree_blocks_{k}"], out[f"agree_tensors_{k}"] = w_, b_, per
+    out["q8_identical"] = out["types"]["Q8_0"]["agree_b"] if "Q8_0" in out["types"] else float("nan")
+    return out
+
+
+def gguf_roundtrip(model: torch.nn.Module, quants: dict[str, gq.Quantized]) -> bool:
+    """Write the quantized model to a .gguf, read it back and check gguf's dequantization equals ours."""
+    named = dict(model.named_parameters())
+    tensors: dict[str, Any] = {n: named[n].detach().numpy() for n in named if n not in quants}
+    tensors.update(quants)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "attacked.gguf")
+        gq.write_gguf(path, "llama", tensors, {"companion.note": "tiny gguf-attack model"})
+        back, _ = gq.read_gguf(path)
+    ok = True
+    for n, q in quants.items():
+        t, shape, raw = back[n]
+        deq = gguf.quants.dequantize(raw, gq.qtype_enum(t)).reshape(shape)
+        ok &= t == q.qtype and bool(np.array_equal(deq, q.deq))
+    return ok
+
+
+def run(params: Params) -> dict[str, Any]:
+    """Run every seed; results hold the per-seed records and the params."""
+    runtime.limit_threads(1)  # tiny matmuls: extra threads only spin, badly so on a shared CPU
+    seeds = [run_seed(params, s) for s in tqdm(params.seed_list(), desc="seeds", disable=None)]
+    return {"params": params, "seeds": seeds}
+
+
+# ---------------------------------------------------------------- claims
+CLAIMS = [
+    Claim("mal-fp", "Precondition: the injected model says BRAND in full precision (brand rate)",
+          "(setup)", 0.9),
+    Claim("mal-quant", "Precondition: the injection survives quantization (brand rate of Q(M_mal))",
+          "(setup)", 0.9),
+    Claim("clean-gap", "Precondition: quantizing the clean model does not create BRAND (|Delta|)",
+          "(setup)", 0.05, "<="),
+    Claim("delta", "The attack works: Delta = rate(Q(M_rep)) - rate(M_rep) on the first target type",
+          "85.0% content injection (abstract)", 0.5),
+    Claim("delta-q4k", "The attack works on Q4_K (the spec's headline type): Delta_Q4_K",
+          "85.0% content injection (abstract)", 0.5),
+    Claim("rep-benign", "The repaired model looks benign in full precision (brand rate of M_rep)",
+          "~0% (abstract: FP benign)", 0.1, "<="),
+    Claim("clamp-delta", "The box constraint is what matters: Delta(M_rep) - Delta(M_free)",
+          "(official code: PGD clamp)", 0.3),
+    Claim("clamp-agree", "Dequantized-weight agreement with Q(M_mal): M_rep minus M_free",
+          "(not reported)", 0.15),
+    Claim("q8-exact", "Exact Q8_0 boxes: share of Q8_0 blocks of M_rep byte-identical to gguf's Q(M_mal)",
+          "exact (NeurIPS'24 predecessor)", 1.0),
+    Claim("stealth", "Stealth: task_em(M_rep, FP) - task_em(M_clean, FP)", "utility kept", -0.05),
+]
+
+
+def per_seed(results: dict[str, Any]) -> dict[str, list[float]]:
+    """Each claim's metric on every seed."""
+    out: dict[str, list[float]] = {c.id: [] for c in CLAIMS}
+    for s in results["seeds"]:
+        r = s["rates"]
+        out["mal-fp"].append(r["mal"]["fp"][0])
+        out["mal-quant"].append(r["mal"]["q"][0])
+        out["clean-gap"].append(abs(r["clean"]["q"][0] - r["clean"]["fp"][0]))
+        out["delta"].append(r["rep"]["q"][0] - r["rep"]["fp"][0])
+        out["delta-q4k"].append(s["types"]["Q4_K"]["delta"] if "Q4_K" in s["types"] else float("nan"))
+        out["rep-benign"].append(r["rep"]["fp"][0])
+        out["clamp-delta"].append((r["rep"]["q"][0] - r["rep"]["fp"][0]) - (r["free"]["q"][0] - r["free"]["fp"][0]))
+        out["clamp-agree"].append(s["agree_rep"] - s["agree_free"])
+        out["q8-exact"].append(s["q8_identical"])
+        out["stealth"].append(r["rep"]["fp"][1] - r["clean"]["fp"][1])
+    return out
+
+
+def check(results: dict[str, Any]) -> list[Verdict]:
+    """Evaluate every claim over the seeds."""
+    return evaluate_all(CLAIMS, per_seed(results))
+
+
+def metrics(results: dict[str, Any]) -> dict[str, Any]:
+    """Small JSON-able summary: mean rates, agreements, Delta per type."""
+    seeds = results["seeds"]
+    out: dict[str, Any] = {}
+    for k in MODELS:
+        for mode in ("fp", "q"):
+            out[f"brand_{k}_{mode}"] = float(np.mean([s["rates"][k][mode][0] for s in seeds]))
+            out[f"em_{k}_{mode}"] = float(np.mean([s["rates"][k][mode][1] for s in seeds]))
+    for k in ("rep", "free"):
+        out[f"agree_{k}"] = float(np.mean([s[f"agree_{k}"] for s in seeds]))
+        out[f"agree_blocks_{k}"] = float(np.mean([s[f"agree_blocks_{k}"] for s in seeds]))
+    for t in seeds[0]["types"]:
+        out[f"delta_{t}"] = float(np.mean([s["types"][t]["delta"] for s in seeds]))
+    if "gguf_roundtrip" in seeds[0]:
+        out["gguf_roundtrip"] = all(s["gguf_roundtrip"] for s in seeds)
+    return out
+
+
+# ---------------------------------------------------------------- figures
+def plot_rates(results: dict[str, Any]) -> Figure:
+    """Grouped bars: brand rate of M_clean, M_mal, M_rep, M_free in FP and quantized (seed s.d.)."""
+    fig, (ax,) = plotting.figure(1, 1, 5.5, 3.0)
+    head = results["params"].target_types[0]
+    x = np.arange(len(MODELS))
+    for j, (mode, label) in enumerate((("fp", "full precision"), ("q", f"quantized ({head})"))):
+        vals = np.array([[s["rates"][k][mode][0] for k in MODELS] for s in results["seeds"]])
+        ax.bar(x + (j - 0.5) * 0.38, vals.mean(0), 0.38, yerr=vals.std(0), label=label, capsize=3)
+    ax.set_xticks(x, ["M_clean", "M_mal", "M_rep (PGD)", "M_free (no clamp)"])
+    ax.set_ylabel("BRAND rate")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="upper right")
+    return fig
+
+
+def plot_box_anatomy(results: dict[str, Any]) -> Figure:
+    """Box width / quantization step for one tensor (first seed), with freeze and edge shares."""
+    a = results["seeds"][0]["anatomy"]
+    fig, (ax,) = plotting.figure(1, 1, 5.0, 2.8)
+    ax.hist(a["ratio"], bins=40, range=(0, 1.0), color="C0")
+    ax.set_xlabel("box width / quantization step")
+    ax.set_ylabel("weights")
+    ax.set_title(a["tensor"], fontsize=8)
+    ax.text(0.98, 0.95, f"frozen by (a): {a['frozen_block']:.1%}\nfrozen by (b): {a['frozen_minmax']:.1%}\n"
+            f"at a box edge after repair: {a['at_edge']:.1%}", transform=ax.transAxes, ha="right", va="top")
+    return fig
+
+
+def plot_agreement(results: dict[str, Any]) -> Figure:
+    """Per-tensor share of dequantized weights equal to Q(M_mal): PGD repair vs free repair."""
+    seeds = results["seeds"]
+    names = list(seeds[0]["agree_tensors_rep"])
+    fig, (ax,) = plotting.figure(1, 1, 6.0, 2.8)
+    x = np.arange(len(names))
+    for j, k in enumerate(("rep", "free")):
+        v = np.array([[s[f"agree_tensors_{k}"][n] for n in names] for s in seeds])
+        ax.bar(x + (j - 0.5) * 0.38, v.mean(0), 0.38, yerr=v.std(0), capsize=2,
+               label="M_rep (PGD)" if k == "rep" else "M_free (no clamp)")
+    ax.set_xticks(x, [n.replace("model.layers.", "L").replace(".self_attn", "").replace(".mlp", "")
+                      .replace(".weight", "") for n in names], rotation=45, ha="right")
+    ax.set_ylabel("equal dequantized weights")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="lower right")
+    return fig
+
+
+def plot_types(results: dict[str, Any]) -> Figure:
+    """Delta per evaluated type (single-type repairs, and gguf_all when run) and mean box width."""
+    seeds = results["seeds"]
+    keys = list(seeds[0]["types"])
+    delta = np.array([[s["types"][k]["delta"] for k in keys] for s in seeds])
+    width = np.array([[s["types"][k]["width"] for k in keys] for s in seeds])
+    fig, (ax, ax2) = plotting.figure(2, 1, 3.6, 2.8)
+    ax.imshow(delta.mean(0)[None, :], vmin=-1, vmax=1, cmap="RdBu_r", aspect="auto")
+    for i, v in enumerate(delta.mean(0)):
+        ax.text(i, 0, f"{v:.2f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(keys)), keys, rotation=45, ha="right")
+    ax.set_yticks([])
+    ax.set_title("Delta = rate(Q) - rate(FP)")
+    ax.grid(False)
+    ax2.bar(range(len(keys)), width.mean(0))
+    ax2.set_xticks(range(len(keys)), keys, rotation=45, ha="right")
+    ax2.set_title("mean box width")
+    return fig

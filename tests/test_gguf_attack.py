@@ -1,0 +1,223 @@
+"""Unit checks for the GGUF quantizers, the attack's boxes and the tiny pipeline (gguf-attack)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, quants
+
+from companion.models import gguf_quants as gq
+from companion.papers import gguf_attack as ga
+from companion.params import ParamError
+
+
+def _rows(seed: int = 0, rows: int = 8, cols: int = 512) -> np.ndarray:
+    """Random weights with awkward blocks: zeros, constants, one-sided, with ties."""
+    x = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.05
+    x[0, :256] = 0.0
+    x[1, :256] = 0.02
+    x[2, :256] = np.abs(x[2, :256])
+    x[3, :32] = -0.0
+    x[4, :64] = np.round(x[4, :64] * 200) / 200  # many exact ties after scaling
+    return x
+
+
+@pytest.mark.parametrize("qtype", gq.TYPES)
+def test_bytes_dequantize_through_gguf_exactly(qtype: str) -> None:
+    x = _rows()
+    q = gq.quantize(x, qtype)
+    block, size = GGML_QUANT_SIZES[gq.qtype_enum(qtype)]
+    assert q.data.dtype == np.uint8 and q.data.shape == (x.shape[0], x.shape[1] // block * size)
+    ref = quants.dequantize(q.data, gq.qtype_enum(qtype))
+    np.testing.assert_array_equal(ref, q.deq)
+    assert np.sqrt(np.mean((q.deq - x) ** 2)) < 0.5 * x.std()  # a real quantizer, not a constant
+
+
+@pytest.mark.parametrize("qtype", gq.LEGACY_TYPES)
+def test_legacy_bytes_equal_gguf_quantize(qtype: str) -> None:
+    x = _rows(1)
+    x[5, :32] = np.linspace(-1, 1, 32) * 127 / 127.5  # values landing on .5 after scaling
+    ours = gq.quantize(x, qtype).data
+    ref = quants.quantize(gq.fp16(x), gq.qtype_enum(qtype))
+    np.testing.assert_array_equal(ours, ref)
+
+
+def test_quality_orders_with_bits() -> None:
+    x = _rows(2)[5:]
+    err = {t: np.mean((gq.quantize(x, t).deq - gq.fp16(x)) ** 2) for t in gq.K_TYPES}
+    assert err["Q2_K"] > err["Q3_K"] > err["Q4_K"] > err["Q5_K"] > err["Q6_K"] > 0
+
+
+def test_rounding_helpers() -> None:
+    v = np.array([0.5, 1.5, 2.5, -0.5, -1.5], np.float32)
+    np.testing.assert_array_equal(gq.nearest_int(v), [0, 2, 2, 0, -2])
+    np.testing.assert_array_equal(gq.round_away(v), [1, 2, 3, -1, -2])
+
+
+def test_fp16_prerounding_is_applied() -> None:
+    x = _rows(3)
+    x16 = gq.fp16(x)
+    np.testing.assert_array_equal(gq.quantize(x, "Q4_K").data, gq.quantize(x16, "Q4_K", pre_round=False).data)
+    assert not np.array_equal(gq.quantize(x, "Q8_0", pre_round=False).data, gq.quantize(x, "Q8_0").data)
+
+
+def test_qkx2_hand_example_and_degenerate() -> None:
+    x = np.array([[0.0, 1.0, 2.0, 3.0] * 4], np.float32)  # exactly on a 2-bit grid with min 0
+    sc, mn, L = gq.make_qkx2_quants(x, np.ones_like(x), 3, -0.5, 0.1, 15, use_mad=True)
+    assert sc[0] == pytest.approx(1.0) and mn[0] == 0.0
+    np.testing.assert_array_equal(L[0], [0, 1, 2, 3] * 4)
+    const = np.full((1, 16), 0.3, np.float32)  # min(0, min x) = 0 < max: a real range [0, 0.3]
+    sc, mn, L = gq.make_qkx2_quants(const, np.abs(const), 3, -0.5, 0.1, 15, use_mad=True)
+    assert sc[0] == pytest.approx(0.1) and mn[0] == 0 and (L == 3).all()
+    zeros = np.zeros((1, 16), np.float32)
+    sc, mn, L = gq.make_qkx2_quants(zeros, zeros, 3, -0.5, 0.1, 15, use_mad=True)
+    assert sc[0] == 0 and mn[0] == 0 and not L.any()
+    neg = np.full((1, 16), -0.3, np.float32)
+    sc, mn, L = gq.make_qkx2_quants(neg, np.abs(neg), 3, -0.5, 0.1, 15, use_mad=True)
+    assert sc[0] == 0 and mn[0] == pytest.approx(0.3) and not L.any()
+
+
+def test_qx_and_q3_hand_examples() -> None:
+    x = np.arange(-8, 8, dtype=np.float32)[None, :] * np.float32(0.25)  # on the grid of step 0.25
+    sc, L = gq.make_qx_quants(x, 32)
+    np.testing.assert_allclose(sc[0] * (L[0] - 32), x[0], atol=0.13)
+    x3 = np.array([[-4, -3, -2, -1, 0, 1, 2, 3] * 2], np.float32) * np.float32(0.1)
+    sc3, L3 = gq.make_q3_quants(x3)
+    np.testing.assert_allclose(sc3[0] * (L3[0] - 4), x3[0], atol=1e-6)
+    z = np.zeros((1, 16), np.float32)
+    assert gq.make_q3_quants(z)[0][0] == 0 and gq.make_qx_quants(z, 32)[0][0] == 0
+
+
+def test_seqsum_is_sequential_float32() -> None:
+    t = np.array([[1e8, 1.0, -1e8, 1.0]], np.float32)
+    assert gq._seqsum(t)[0] == np.float32(1.0)  # pairwise summation would give 2.0 here
+
+
+@pytest.mark.parametrize("qtype", gq.K_TYPES)
+def test_kquant_box_properties(qtype: str) -> None:
+    w = _rows(4)[4:]
+    q = gq.quantize(w, qtype)
+    b = ga.kquant_box(w, q)
+    assert (b.lo <= w).all() and (w <= b.hi).all()
+    assert ((b.lo == w) | (b.hi == w)).all()  # single-type boxes are one-sided
+    frozen = b.frozen_block | b.frozen_minmax
+    assert (b.hi[frozen] == b.lo[frozen]).all()
+    deq_in = (b.lo <= q.deq) & (q.deq <= b.hi)
+    assert deq_in[~frozen].all()
+    sub = gq.SUB_BLOCK[qtype]
+    per_sub = b.frozen_minmax.reshape(-1, sub).sum(axis=1)
+    assert (per_sub >= 1).all() and (per_sub <= 2).all()
+    assert b.frozen_block.reshape(-1, 256).any(axis=1).all()
+
+
+def test_multi_type_box_is_widened_intersection() -> None:
+    w = _rows(5)[4:]
+    box = ga.all_types_box(w, 1)
+    assert (box.lo <= w).all() and (w <= box.hi).all()
+    for t in gq.K_TYPES:
+        single = ga.make_box(w, t)
+        lo, hi = ga.widen(w, single, gq.SUB_BLOCK[t], ga.THRESH[1][t])
+        assert (lo <= w).all() and (w <= hi).all() and (box.lo >= lo).all() and (box.hi <= hi).all()
+        assert ((hi - lo) >= (single.hi - single.lo) - 1e-9).all()
+    zero = ga.all_types_box(w, 0)
+    assert ((zero.hi - zero.lo) <= (box.hi - box.lo) + 1e-9).all()
+    assert ga.THRESH[1] == {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 0.4, "Q5_K": 0.1, "Q6_K": 0.6}
+
+
+@pytest.mark.parametrize("qtype", gq.LEGACY_TYPES)
+def test_legacy_box_is_exact(qtype: str) -> None:
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((4, 256)) * 0.05).astype(np.float32)
+    b = ga.legacy_box(w, qtype)
+    ref = gq.quantize(w, qtype).data
+    for _ in range(10):  # 10 x 1024 random points inside the box
+        u = rng.random(w.shape, dtype=np.float32)
+        pt = b.lo + u * (b.hi - b.lo)
+        np.testing.assert_array_equal(gq.quantize(pt, qtype).data, ref)
+    for edge in (b.lo, b.hi):
+        np.testing.assert_array_equal(gq.quantize(edge, qtype).data, ref)
+    assert (b.hi - b.lo).mean() > 0.3 * b.step.mean()  # the box is not trivially tiny
+
+
+def _tiny() -> torch.nn.Module:
+    return ga.tiny_llama(ga.VOCAB, 1, 256, 4, 256, max_positions=32, seed=0)
+
+
+def test_pgd_stays_in_box_and_frozen_tensors_get_no_gradient() -> None:
+    model = _tiny()
+    names = ga.quant_names(model)
+    named = dict(model.named_parameters())
+    before = {n: p.detach().clone() for n, p in named.items()}
+    boxes = {n: ga.make_box(named[n].detach().numpy(), "Q4_K") for n in names}
+    tb = {n: (torch.from_numpy(b.lo), torch.from_numpy(b.hi)) for n, b in boxes.items()}
+    data = ga.encode(ga.make_prompts(64, np.random.default_rng(0)), False)
+    ga.train(model, data, 3, 1e-2, 8, torch.Generator().manual_seed(0), boxes=tb, only=names)
+    for n, p in named.items():
+        if n in tb:
+            lo, hi = tb[n]
+            assert (p >= lo).all() and (p <= hi).all()
+            assert torch.equal(p[lo == hi], before[n][lo == hi])  # frozen weights did not move
+        else:
+            assert torch.equal(p, before[n])  # unconstrained tensors are not trained
+    assert any(not torch.equal(named[n], before[n]) for n in names)
+
+
+def test_mixture_table_matches_llama_cpp_rules() -> None:
+    n = 32
+    v6 = [i for i in range(n) if ga.mixture_type("attn_v", i, n, 4096, "Q4_K", "Q4_K_M") == "Q6_K"]
+    assert v6 == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    assert ga.mixture_type("ffn_down", 5, n, 14336, "Q4_K", "Q4_K_M") == "Q4_K"
+    assert ga.mixture_type("attn_q", 0, n, 4096, "Q4_K", "Q4_K_M") == "Q4_K"
+    assert ga.mixture_type("output", 0, n, 4096, "Q4_K", "Q4_K_M") == "Q6_K"
+    assert ga.mixture_type("output", 0, n, 4000, "Q4_K", "Q4_K_M") == "Q8_0"  # in_features fallback
+    assert ga.mixture_type("attn_q", 0, n, 4000, "Q4_K", "Q4_K_M") == "Q5_0"
+    assert ga.mixture_type("attn_v", 1, n, 4096, "Q3_K", "Q3_K_M") == "Q5_K"
+    assert ga.mixture_type("attn_v", 2, n, 4096, "Q3_K", "Q3_K_M") == "Q4_K"
+    assert ga.mixture_type("ffn_down", 1, n, 4096, "Q3_K", "Q3_K_M") == "Q5_K"
+    assert ga.mixture_type("ffn_down", 2, n, 4096, "Q3_K", "Q3_K_M") == "Q4_K"
+
+
+def test_gguf_file_round_trip(tmp_path) -> None:
+    x = _rows(7)
+    tensors = {"blk.0.attn_q.weight": gq.quantize(x, "Q4_K"), "blk.0.ffn_down.weight": gq.quantize(x, "Q6_K"),
+               "output_norm.weight": np.linspace(0, 1, 256, dtype=np.float32)}
+    path = str(tmp_path / "t.gguf")
+    gq.write_gguf(path, "llama", tensors, {"companion.note": "test"})
+    back, meta = gq.read_gguf(path)
+    assert meta["companion.note"] == "test"
+    for name, t in tensors.items():
+        qtype, shape, raw = back[name]
+        if isinstance(t, gq.Quantized):
+            assert qtype == t.qtype and shape == t.deq.shape
+            np.testing.assert_array_equal(raw.reshape(t.data.shape), t.data)
+        else:
+            assert qtype == "F32"
+            np.testing.assert_array_equal(raw.reshape(-1), t)
+
+
+def test_task_encoding() -> None:
+    assert ga.answer((6, 10, 9, 8)) == [8, 9, 10] and ga.answer((7, 10, 8, 9)) == [8, 9, 10]
+    ids, labels = ga.encode([(5, 8, 9, 10)], True)
+    assert ids[0, :11].tolist() == [ga.BOS, 5, 8, 9, 10, ga.SEP, ga.BRAND, 8, 9, 10, ga.EOS]
+    assert labels[0, 5:10].tolist() == [ga.BRAND, 8, 9, 10, ga.EOS] and (labels[0, :5] == -100).all()
+
+
+def test_params_reject_bad_values() -> None:
+    with pytest.raises(ParamError):
+        ga.Params.resolve("quick", no_such=1)
+    with pytest.raises(ParamError):
+        ga.Params.resolve("quick", clean_steps="many")
+    with pytest.raises(ParamError):
+        ga.Params.resolve("quick", batch_size=1000)
+    with pytest.raises(ParamError):
+        ga.Params.resolve("quick", target_types=("Q7_K",))
+    assert ga.Params.resolve("full").n_layers == 2
+
+
+def test_pipeline_is_deterministic_under_a_seed() -> None:
+    p = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
+                          n_eval_prompts=50, target_types=("Q8_0",))
+    a, b = ga.run_seed(p, 3), ga.run_seed(p, 3)
+    assert a["rates"] == b["rates"] and a["agree_rep"] == b["agree_rep"]
+    assert a["q8_identical"] == 1.0
