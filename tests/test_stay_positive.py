@@ -1,0 +1,237 @@
+"""Unit checks of the Stay-Positive reproduction: projection, head retraining, data, metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sklearn.metrics import average_precision_score
+
+from companion.data import photo_patches as pp
+from companion.papers import stay_positive as sp
+from companion.params import ParamError
+
+
+@pytest.fixture(scope="module")
+def images() -> tuple[np.ndarray, ...]:
+    """The bundled photos, loaded once with sockets disabled (the offline guard)."""
+    import socket
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("load_real_images tried to open a socket")
+
+    pp.load_real_images.cache_clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket, "socket", no_network)
+        return pp.load_real_images()
+
+
+@pytest.fixture(scope="module")
+def patches(images: tuple[np.ndarray, ...]) -> np.ndarray:
+    """A few natural 32x32 patches from the bundled photos."""
+    return pp.make_patches(images, 24, "train", np.random.default_rng(0), 32)
+
+
+def small_head(seed: int = 0) -> torch.nn.Linear:
+    """A linear head with mixed-sign weights."""
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(6, 1)
+    with torch.no_grad():
+        head.weight.copy_(torch.linspace(-1, 1, 6)[None])
+        head.bias.fill_(-0.3)
+    return head
+
+
+def test_project_nonneg_clamps_weights_only_and_is_idempotent() -> None:
+    head = small_head()
+    bias = head.bias.detach().clone()
+    sp.project_nonneg_(head)
+    once = head.weight.detach().clone()
+    assert (once >= 0).all()
+    assert torch.equal(head.bias.detach(), bias)
+    assert torch.equal(once, torch.clamp(torch.linspace(-1, 1, 6), min=0)[None])
+    sp.project_nonneg_(head)
+    assert torch.equal(head.weight.detach(), once)
+
+
+def features(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative toy features: feature 0 fires on fakes, feature 1 on reals."""
+    real = np.abs(rng.normal(size=(n, 4)))
+    fake = np.abs(rng.normal(size=(n, 4)))
+    fake[:, 0] += 2.0
+    real[:, 1] += 2.0
+    return real, fake
+
+
+def test_retrain_head_constrained_is_zero_at_start_and_nonneg_every_step() -> None:
+    seen = []
+
+    def hook(step: int, head: torch.nn.Linear) -> None:
+        w, b = head.weight.detach(), head.bias.detach()
+        if step == 0:
+            assert (w == 0).all() and (b == 0).all()
+        assert (w >= 0).all(), f"negative weight after step {step}"
+        seen.append(step)
+
+    real, fake = features(200, np.random.default_rng(1))
+    head = sp.retrain_head(real, fake, True, 50, 1e-2, torch.Generator().manual_seed(0), hook)
+    assert seen == list(range(51))
+    assert head.weight[0, 0] > 0  # the fake feature is still used
+
+
+def test_unconstrained_head_learns_negative_real_evidence() -> None:
+    real, fake = features(200, np.random.default_rng(1))
+    lp = sp.retrain_head(real, fake, False, 200, 1e-2, torch.Generator().manual_seed(0))
+    assert lp.weight[0, 1] < 0  # the real feature gets a negative weight without the clamp
+
+
+def test_sp_head_is_monotone_and_bounded_below_by_bias() -> None:
+    real, fake = features(200, np.random.default_rng(2))
+    w, b = sp.head_arrays(sp.retrain_head(real, fake, True, 100, 1e-2, torch.Generator().manual_seed(0)))
+    rng = np.random.default_rng(3)
+    z = np.abs(rng.normal(size=(500, 4)))
+    delta = np.abs(rng.normal(size=(500, 4)))
+    assert np.all((z + delta) @ w + b >= z @ w + b)
+    assert np.all(z @ w + b >= b)
+
+
+def test_frozen_backbone_is_unchanged_by_stage2(patches: np.ndarray) -> None:
+    torch.manual_seed(0)
+    model = sp.freeze_backbone(sp.Detector(width=4))
+    before = [p.detach().clone() for p in model.body.parameters()]
+    f = sp.extract_features(model, patches)
+    sp.retrain_head(f[:12], f[12:], True, 20, 1e-2, torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.body.parameters()))
+    assert not any(p.requires_grad for p in model.body.parameters())
+    assert not model.body.training
+    assert f.min() >= 0 and f.shape == (len(patches), 16)
+
+
+def test_highpass_kills_constants() -> None:
+    x = torch.full((2, 3, 16, 16), 0.37)
+    assert torch.allclose(sp.highpass(x), torch.zeros_like(x), atol=1e-7)
+
+
+def test_generator_nearest_is_blockwise_constant_and_quantized(patches: np.ndarray) -> None:
+    g = pp.generator_nearest(patches)
+    assert g.shape == patches.shape
+    for di in (0, 1):
+        for dj in (0, 1):
+            assert np.array_equal(g[:, di::2, dj::2], g[:, 0::2, 0::2])
+    for out in (g, pp.generator_tconv(patches, 0.5)):
+        assert out.shape == patches.shape and out.min() >= 0 and out.max() <= 1
+        assert np.allclose(out * 255, np.round(out * 255))
+
+
+def test_tconv_with_eps_zero_keeps_smooth_images_and_border() -> None:
+    x = np.full((1, 16, 16, 3), 0.5)
+    assert np.allclose(pp.generator_tconv(x, 0.0), pp.q8(x))
+
+
+def test_jpeg_is_deterministic_444_and_lossier_at_low_quality(patches: np.ndarray) -> None:
+    x = pp.q8(patches)
+    assert np.array_equal(pp.jpeg(x[0], 80), pp.jpeg(x[0], 80))
+    assert pp.jpeg_sampling(x[0], 80) == 0  # 4:4:4
+    err = {q: np.mean((pp.jpeg_batch(x, q) - x) ** 2) for q in (95, 75, 50)}
+    assert err[95] < err[75] < err[50]
+
+
+def test_pillow_default_would_subsample_chroma(patches: np.ndarray) -> None:
+    """The pitfall the 4:4:4 setting avoids is real in this Pillow."""
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray((patches[0] * 255).astype(np.uint8)).save(buf, format="JPEG", quality=80)
+    from PIL import JpegImagePlugin
+
+    assert JpegImagePlugin.get_sampling(Image.open(buf)) == 2
+
+
+def test_train_and_test_columns_are_disjoint(images: tuple[np.ndarray, ...]) -> None:
+    for img in images:
+        w = img.shape[1]
+        lo_tr, hi_tr = pp.column_ranges(w, "train", 32)
+        lo_te, hi_te = pp.column_ranges(w, "test", 32)
+        assert lo_tr == 0 and hi_tr > 0 and hi_te > lo_te
+        assert hi_tr - 1 + 32 <= lo_te  # the last train crop ends before the first test column
+
+
+def test_inpaint_replaces_only_the_centre(patches: np.ndarray) -> None:
+    real = pp.jpeg_batch(pp.q8(patches), 80)
+    fake = pp.generator_nearest(patches)
+    out = pp.inpaint(real, fake, 16)
+    mask = np.zeros(out.shape[1:3], bool)
+    mask[8:24, 8:24] = True
+    assert np.array_equal(out[:, mask], fake[:, mask])
+    assert np.array_equal(out[:, ~mask], real[:, ~mask])
+
+
+def test_average_precision_matches_sklearn_with_ties() -> None:
+    rng = np.random.default_rng(0)
+    neg = np.round(rng.normal(size=300), 1)
+    pos = np.round(rng.normal(0.7, 1.0, size=200), 1)
+    ref = average_precision_score(np.r_[np.zeros(300), np.ones(200)], np.r_[neg, pos])
+    assert sp.average_precision(neg, pos) == pytest.approx(ref, abs=1e-12)
+
+
+def test_threshold_and_separated_toy_data() -> None:
+    val = np.arange(100.0)
+    assert sp.threshold_at_fpr(val, 0.05) == pytest.approx(np.percentile(val, 95))
+    neg, pos = np.linspace(-3, -1, 50), np.linspace(1, 3, 50)
+    assert sp.tpr_at(sp.threshold_at_fpr(neg, 0.05), pos) == 1.0
+    assert sp.average_precision(neg, pos) == 1.0
+
+
+def test_only_bundled_images_are_loaded(images: tuple[np.ndarray, ...]) -> None:
+    import os
+
+    import skimage
+
+    assert pp.image_names() == ("china.jpg", "flower.jpg", "astronaut", "coffee", "chelsea",
+                                "rocket", "immunohistochemistry", "hubble_deep_field", "retina",
+                                "camera", "moon", "coins", "grass", "gravel", "brick")
+    shipped = set(os.listdir(os.path.join(os.path.dirname(skimage.__file__), "data")))
+    for name in pp.SKIMAGE_RGB + pp.SKIMAGE_GREY:
+        stem = {"immunohistochemistry": "ihc"}.get(name, name)
+        assert any(f.startswith(stem + ".") for f in shipped), name
+    assert len(images) == len(pp.image_names())
+    assert all(x.ndim == 3 and x.shape[2] == 3 and 0 <= x.min() and x.max() <= 1 for x in images)
+
+
+def test_params_validation() -> None:
+    assert sp.Params.resolve("quick").seeds >= 3
+    with pytest.raises(ParamError, match="unknown parameter"):
+        sp.Params.resolve("quick", widht=8)
+    with pytest.raises(ParamError, match="is not an int"):
+        sp.Params.resolve("quick", width=8.5)
+    with pytest.raises(ParamError, match="out of range"):
+        sp.Params.resolve("quick", n_train=10)
+    with pytest.raises(ParamError, match="multiple of 8"):
+        sp.Params.resolve("quick", patch=36)
+    with pytest.raises(ParamError, match="inpaint_sizes"):
+        sp.Params.resolve("quick", inpaint_sizes=(40,))
+    with pytest.raises(ParamError, match="generator"):
+        sp.Params.resolve("quick", generator="gan")
+    for preset in ("full", "paper"):
+        sp.Params.resolve(preset)
+
+
+def test_label_convention() -> None:
+    assert (sp.REAL, sp.FAKE) == (0, 1)
+
+
+def test_seed_determinism_of_data_and_training(images: tuple[np.ndarray, ...]) -> None:
+    def once() -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+        rng, gen = sp.runtime.generators(7)
+        x = pp.make_patches(images, 32, "train", rng, 16)
+        model = sp.train_stage1(sp.Detector(width=4), pp.jpeg_batch(pp.q8(x), 80),
+                                pp.generator_nearest(x), 1, gen)
+        f = sp.extract_features(sp.freeze_backbone(model), x)
+        head = sp.retrain_head(f[:16], f[16:], True, 20, 1e-2, gen)
+        return x, model.head.weight.detach().clone(), sp.head_arrays(head)[0]
+
+    a, b = once(), once()
+    assert np.array_equal(a[0], b[0])
+    assert torch.equal(a[1], b[1])
+    assert np.array_equal(a[2], b[2])
