@@ -1,0 +1,93 @@
+"""A tiny byte-level GPT-2 trained in seconds, with hooks to read or replace a block's MLP I/O.
+
+GPT-2's ``Conv1D`` stores weights as (in, out), so ``x @ W`` holds as in TransformerLens.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from companion.data.docstring_corpus import sample_windows
+
+Replace = Callable[[Tensor], Tensor]
+
+
+def byte_gpt2(n_layer: int, d_model: int, d_mlp: int, seed: int, context: int = 64) -> GPT2LMHeadModel:
+    """A freshly initialised byte-level (vocab 256) GPT-2; the global torch RNG is left untouched."""
+    config = GPT2Config(vocab_size=256, n_positions=context, n_embd=d_model, n_layer=n_layer,
+                        n_head=4, n_inner=d_mlp, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=0, eos_token_id=0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GPT2LMHeadModel(config).eval()
+
+
+def train_byte_lm(model: GPT2LMHeadModel, data: np.ndarray, steps: int, rng: np.random.Generator,
+                  batch: int = 32, lr: float = 3e-3) -> float:
+    """Train next-byte prediction with AdamW on random windows; returns the mean loss of the last 50 steps."""
+    length = model.config.n_positions
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        ids = torch.from_numpy(sample_windows(data, batch, length, rng)).to(model.device)
+        logits = model(ids).logits[:, :-1]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return float(np.mean(losses[-50:]))
+
+
+def block_mlp(model: GPT2LMHeadModel, layer: int) -> tuple[nn.Module, nn.Module]:
+    """The (pre-MLP LayerNorm, MLP) modules of block ``layer``."""
+    block = model.transformer.h[layer]
+    return block.ln_2, block.mlp
+
+
+@contextmanager
+def replacing(modules: Mapping[nn.Module, Replace | None]) -> Iterator[None]:
+    """Within the context, each module's output is passed through its function (``None``: unchanged)."""
+    handles = [m.register_forward_hook(lambda _m, _i, out, fn=fn: fn(out))
+               for m, fn in modules.items() if fn is not None]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def mlp_io(model: GPT2LMHeadModel, layer: int, windows: np.ndarray, batch: int = 64) -> tuple[Tensor, Tensor]:
+    """MLP inputs (after ``ln_2``) and outputs of block ``layer`` for every token, each (tokens, d)."""
+    ln, mlp = block_mlp(model, layer)
+    xs: list[Tensor] = []
+    ys: list[Tensor] = []
+    for i in range(0, len(windows), batch):
+        with replacing({ln: lambda o: xs.append(o.reshape(-1, o.shape[-1])) or o,
+                        mlp: lambda o: ys.append(o.reshape(-1, o.shape[-1])) or o}):
+            model(torch.from_numpy(windows[i:i + batch]).to(model.device))
+    return torch.cat(xs), torch.cat(ys)
+
+
+@torch.no_grad()
+def mean_ce(model: GPT2LMHeadModel, windows: np.ndarray, modules: Mapping[nn.Module, Replace | None],
+            batch: int = 32) -> float:
+    """Mean next-byte cross-entropy (nats) over ``windows`` with module outputs replaced."""
+    total, count = 0.0, 0
+    with replacing(modules):
+        for i in range(0, len(windows), batch):
+            ids = torch.from_numpy(windows[i:i + batch]).to(model.device)
+            logits = model(ids).logits[:, :-1]
+            total += F.cross_entropy(logits.reshape(-1, 256), ids[:, 1:].reshape(-1), reduction="sum").item()
+            count += ids[:, 1:].numel()
+    return total / count

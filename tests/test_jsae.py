@@ -1,0 +1,219 @@
+"""Unit checks of the JSAE reproduction: the efficient Jacobian, the SAE pair and the metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from companion.models.byte_lm import block_mlp, byte_gpt2, mean_ce
+from companion.models.topk_sae import TopKSAE, constrained_step
+from companion.params import ParamError
+from companion.papers import jsae
+
+D, M, N, K, B = 8, 32, 64, 4, 16
+
+
+def random_setup(dtype: torch.dtype = torch.float32, act: str = "gelu_new", seed: int = 0):
+    """A random MLP, two random TopK SAEs and a batch of inputs and outputs."""
+    gen = torch.Generator().manual_seed(seed)
+    mlp = jsae.Mlp(torch.randn(D, M, generator=gen) / D**0.5, 0.1 * torch.randn(M, generator=gen),
+                   torch.randn(M, D, generator=gen) / M**0.5, 0.1 * torch.randn(D, generator=gen), act)
+    mlp = jsae.Mlp(*(t.to(dtype) for t in (mlp.w_in, mlp.b_in, mlp.w_out, mlp.b_out)), act)
+    sae_x, sae_y = TopKSAE(D, N, K, gen).to(dtype), TopKSAE(D, N, K, gen).to(dtype)
+    with torch.no_grad():
+        for sae in (sae_x, sae_y):
+            sae.b_enc.add_(0.5)  # keep the kept pre-activations positive
+            sae.W_enc.add_(0.1 * torch.randn(sae.W_enc.shape, generator=gen, dtype=dtype))
+    x = torch.randn(B, D, generator=gen).to(dtype)
+    return mlp, sae_x, sae_y, x, mlp(x)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_efficient_jacobian_equals_jacrev_at_reconstruction(dtype, tol):
+    mlp, sae_x, sae_y, x, y = random_setup(dtype)
+    with torch.no_grad():
+        s_x, idx_x = sae_x.encode(x)
+        idx_y = sae_y.encode(y)[1]
+        fast = jsae.active_jacobian(sae_x, sae_y, mlp, sae_x.decode(s_x), idx_x, idx_y)
+    slow = jsae.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
+    assert fast.shape == (B, K, K)
+    assert (fast - slow).abs().max() < tol
+    assert fast.abs().max() > 1e-3  # the comparison is not between two zero tensors
+
+
+def test_official_phi_point_agrees_only_when_reconstruction_is_exact():
+    mlp, sae_x, sae_y, x, y = random_setup(torch.float64)
+    with torch.no_grad():
+        s_x, idx_x = sae_x.encode(x)
+        x_hat = sae_x.decode(s_x)
+        idx_y = sae_y.encode(y)[1]
+        at_x = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        at_hat = jsae.active_jacobian(sae_x, sae_y, mlp, x_hat, idx_x, idx_y)
+        at_x_equal = jsae.active_jacobian(sae_x, sae_y, mlp, x_hat.clone(), idx_x, idx_y)
+    assert (at_x - at_hat).abs().max() > 1e-4  # imperfect reconstruction: different points
+    assert torch.equal(at_x_equal, at_hat)  # x == x_hat: the two conventions coincide
+
+
+def test_linear_mlp_jacobian_is_product_of_weights():
+    mlp, sae_x, sae_y, x, y = random_setup(torch.float64, act="identity")
+    p, qt = jsae.weight_products(sae_x, sae_y, mlp)
+    with torch.no_grad():
+        idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
+        jac = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        other = jsae.active_jacobian(sae_x, sae_y, mlp, 5 * x + 1, idx_x, idx_y)
+    for b in range(B):
+        expected = qt[idx_y[b]] @ p[idx_x[b]].T
+        assert torch.allclose(jac[b], expected, atol=1e-12)
+    assert torch.allclose(jac, other, atol=1e-12)  # independent of the linearisation point
+
+
+def test_bmm_path_equals_einsum_path():
+    mlp, sae_x, sae_y, x, y = random_setup()
+    p, qt = jsae.weight_products(sae_x, sae_y, mlp)
+    with torch.no_grad():
+        idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
+        dphi = mlp.dphi(x)
+        fast = jsae.jacobian_from_products(p, qt, dphi, idx_x, idx_y)
+        ref = torch.einsum("bia,ba,bja->bij", qt[idx_y], dphi, p[idx_x])
+    assert (fast - ref).abs().max() < 1e-6
+
+
+def test_gelu_new_grad_matches_autograd_and_transformers():
+    from transformers.activations import NewGELUActivation
+
+    z = torch.linspace(-6, 6, 401, dtype=torch.float64, requires_grad=True)
+    (auto,) = torch.autograd.grad(jsae.gelu_new(z).sum(), z)
+    assert torch.allclose(jsae.gelu_new_grad(z), auto, atol=1e-12)
+    assert torch.allclose(jsae.gelu_new(z), NewGELUActivation()(z), atol=1e-12)
+
+
+def test_folded_mlp_matches_gpt2_block():
+    model = byte_gpt2(1, 32, 64, seed=0, context=16)
+    _, mlp = block_mlp(model, 0)
+    x = torch.randn(10, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(jsae.folded_mlp(mlp, 1.0, 1.0)(x), mlp(x), atol=1e-5)
+        assert torch.allclose(jsae.folded_mlp(mlp, 2.0, 4.0)(x / 2.0), mlp(x) / 4.0, atol=1e-5)
+
+
+def test_topk_encoder():
+    _, sae_x, _, x, _ = random_setup()
+    with torch.no_grad():
+        pre = sae_x.pre(x)
+        s, idx = sae_x.encode(x)
+    kept = torch.gather(pre, 1, idx)
+    assert (kept > 0).all()
+    assert ((s != 0).sum(1) == K).all()
+    assert (s >= 0).all()
+    nz = [sorted(torch.nonzero(row).flatten().tolist()) for row in s]
+    assert nz == [sorted(r.tolist()) for r in idx]
+    assert torch.equal(torch.gather(s, 1, idx), kept)
+    with torch.no_grad():
+        assert torch.allclose(sae_x.decode_topk(*sae_x.topk(x)), sae_x.decode(s), atol=1e-5)
+
+
+def test_decoder_stays_unit_norm_and_parallel_gradient_removed():
+    mlp, sae_x, sae_y, x, y = random_setup()
+    opt = torch.optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=1e-2)
+    before = [sae.W_dec.detach().clone() for sae in (sae_x, sae_y)]
+    jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0).backward()
+    raw_dot = max(float((s.W_dec.grad * w).sum(1).abs().max()) for s, w in zip((sae_x, sae_y), before))
+    constrained_step([sae_x, sae_y], opt)
+    assert raw_dot > 1e-3  # there was a parallel component to remove
+    for sae, w in zip((sae_x, sae_y), before):
+        assert torch.allclose(sae.W_dec.norm(dim=1), torch.ones(N), atol=1e-6)
+        assert (sae.W_dec.grad * w).sum(1).abs().max() < 1e-6
+        assert not torch.equal(sae.W_dec.detach(), w)
+
+
+def test_lambda_zero_pair_equals_two_independent_saes():
+    params = jsae.Params.resolve("quick", sae_steps=200, sae_batch=128, expansion=8, k=4)
+    gen = torch.Generator().manual_seed(0)
+    mlp = jsae.Mlp(torch.randn(32, 64, generator=gen) / 6, torch.zeros(64),
+                   torch.randn(64, 32, generator=gen) / 8, torch.zeros(32))
+    x = torch.randn(300, 32, generator=gen)
+    y = mlp(x)
+    pair = jsae.train_pair(x, y, mlp, 0.0, params, np.random.default_rng(5), torch.Generator().manual_seed(9))
+    g = torch.Generator().manual_seed(9)
+    saes = [TopKSAE(32, 256, 4, g), TopKSAE(32, 256, 4, g)]
+    opts = [torch.optim.Adam(s.parameters(), lr=params.sae_lr) for s in saes]
+    rng = np.random.default_rng(5)
+    for step in range(params.sae_steps):
+        idx = torch.from_numpy(rng.integers(0, len(x), size=params.sae_batch))
+        for sae, opt, data in zip(saes, opts, (x, y)):
+            opt.param_groups[0]["lr"] = params.sae_lr * jsae.lr_factor(step, params.sae_steps)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(sae(data[idx]), data[idx]).backward()
+            constrained_step([sae], opt)
+    for ours, ref in zip(pair, saes):
+        for a, b in zip(ours.parameters(), ref.parameters()):
+            assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_normalisation_folding_scales_jacobian():
+    gen = torch.Generator().manual_seed(2)
+    raw = jsae.Mlp(torch.randn(D, M, generator=gen), torch.zeros(M), torch.randn(M, D, generator=gen),
+                   torch.zeros(D))
+    c_x, c_y = 3.0, 0.05
+    folded = jsae.Mlp(raw.w_in * c_x, raw.b_in, raw.w_out / c_y, raw.b_out / c_y)
+    _, sae_x, sae_y, _, _ = random_setup(torch.float32)
+    x_raw = torch.randn(B, D, generator=gen)
+    idx_x = torch.randint(0, N, (B, K), generator=gen)
+    idx_y = torch.randint(0, N, (B, K), generator=gen)
+    with torch.no_grad():
+        j_norm = jsae.active_jacobian(sae_x, sae_y, folded, x_raw / c_x, idx_x, idx_y)
+        j_raw = jsae.active_jacobian(sae_x, sae_y, raw, x_raw, idx_x, idx_y)
+    assert torch.allclose(j_norm, (c_x / c_y) * j_raw, rtol=1e-4, atol=1e-4)
+
+
+def test_l1_penalty_and_its_gradient():
+    jac = torch.randn(5, K, K, generator=torch.Generator().manual_seed(0), dtype=torch.float64,
+                      requires_grad=True)
+    pen = jac.abs().mean()
+    assert torch.isclose(pen, jac.detach().abs().sum() / jac.numel())
+    (grad,) = torch.autograd.grad(pen, jac)
+    assert torch.allclose(grad, torch.sign(jac.detach()) / jac.numel())
+
+
+def test_ce_score_identity_and_zero_ablation():
+    model = byte_gpt2(2, 32, 64, seed=0, context=16)
+    windows = np.random.default_rng(0).integers(0, 256, size=(8, 16))
+    ln, mlp = block_mlp(model, 1)
+    clean = mean_ce(model, windows, {})
+    zero = mean_ce(model, windows, {mlp: torch.zeros_like})
+    identity = mean_ce(model, windows, {ln: lambda o: o.clone(), mlp: lambda o: o.clone()})
+    assert zero != pytest.approx(clean)
+    assert jsae.ce_score(clean, identity, zero) == pytest.approx(1.0, abs=1e-6)
+    assert jsae.ce_score(clean, zero, zero) == 0.0
+
+
+def test_random_lm_is_deterministic_and_differs_from_other_seeds():
+    a, b, c = byte_gpt2(1, 32, 64, seed=7), byte_gpt2(1, 32, 64, seed=7), byte_gpt2(1, 32, 64, seed=8)
+    wa, wb, wc = (m.transformer.h[0].mlp.c_fc.weight for m in (a, b, c))
+    assert torch.equal(wa, wb)
+    assert not torch.allclose(wa, wc)
+
+
+def test_train_pair_is_deterministic_under_a_seed():
+    params = jsae.Params.resolve("quick", sae_steps=200, sae_batch=128, k=4)
+    mlp, *_ = random_setup()
+    x = torch.randn(256, D, generator=torch.Generator().manual_seed(1))
+    y = mlp(x)
+    runs = [jsae.train_pair(x, y, mlp, 1.0, params, np.random.default_rng(s), torch.Generator().manual_seed(s))
+            for s in (3, 3, 4)]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][0].parameters(), runs[1][0].parameters()))
+    assert not torch.equal(runs[0][0].W_dec, runs[2][0].W_dec)
+
+
+@pytest.mark.parametrize("bad", [{"nope": 1}, {"k": 2.5}, {"k": 2}, {"jac_coef": -1.0},
+                                 {"hook_layer": 2}, {"d_mlp": 1024}, {"thresholds": (0.0,)}])
+def test_params_reject_bad_values(bad):
+    with pytest.raises(ParamError):
+        jsae.Params.resolve("quick", **bad)
+
+
+def test_params_presets_resolve():
+    for preset in ("quick", "full", "paper"):
+        p = jsae.Params.resolve(preset)
+        assert p.k <= p.expansion * p.d_model and p.hook_layer < p.lm_layers
