@@ -235,3 +235,17 @@ def test_seed_determinism_of_data_and_training(images: tuple[np.ndarray, ...]) -
     assert np.array_equal(a[0], b[0])
     assert torch.equal(a[1], b[1])
     assert np.array_equal(a[2], b[2])
+
+
+@pytest.mark.slow  # spawns worker processes (~20 s of CPU, mostly imports)
+def test_run_in_worker_processes_matches_a_seed_run_inline() -> None:
+    # jpeg_q_test without 85 also checks that the both-compressed AP set is always made
+    params = sp.Params.resolve("quick", seed=5, seeds=2, n_train=500, n_test=200, width=4,
+                               epochs=1, head_steps=100, jpeg_q_test=(75,), inpaint_sizes=(16,))
+    res = sp.run(params)
+    assert res.seeds == [5, 6] and [s["seed"] for s in res.per_seed] == [5, 6]
+    inline, _ = sp.run_seed(params, 6)
+    for h in sp.HEADS:
+        assert np.array_equal(res.per_seed[1]["heads"][h]["w"], inline["heads"][h]["w"])
+        assert res.per_seed[1]["heads"][h]["ap"] == inline["heads"][h]["ap"]
+    assert res.spectra["clean"].shape == (32, 32) and len(res.examples["clean"]) == 4

@@ -22,7 +22,6 @@ against scikit-learn in the tests). JPEG is Pillow; networks and optimizers are 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ N_VAL, BATCH, LR_STAGE1, HEAD_BATCH = 400, 64, 1e-3, 256
 class Params(BaseParams):
     """Parameters of the synthetic real/fake world, the detector and the head retraining."""
 
-    seeds: int = param(8, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(10, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     patch: int = param(32, lo=16, hi=128, help="patch side in pixels (multiple of 8)")
     n_train: int = param(2000, lo=500, hi=20000, help="aligned real/fake training pairs")
     n_test: int = param(300, lo=200, hi=5000, help="patches per test set")
@@ -73,7 +72,7 @@ class Params(BaseParams):
     ablations: bool = param(False, help="also run the tconv and no-high-pass variants")
 
     PRESETS = {
-        "full": {"seeds": 8, "n_train": 3000, "n_test": 1000,
+        "full": {"seeds": 10, "n_train": 3000, "n_test": 1000,
                  "jpeg_q_test": (95, 90, 85, 80, 75, 65, 50), "width": 16, "epochs": 8,
                  "head_steps": 800, "inpaint_sizes": (24, 16, 8), "ablations": True},
         "paper": {"seeds": 10, "patch": 64, "n_train": 20000, "n_test": 5000,
@@ -103,8 +102,8 @@ def generate(x: np.ndarray, params: Params) -> np.ndarray:
 
 
 def eval_qualities(params: Params) -> tuple[int, ...]:
-    """JPEG qualities evaluated on fakes: the requested ones plus the claims' q = 75, descending."""
-    return tuple(sorted(set(params.jpeg_q_test) | {CLAIM_Q}, reverse=True))
+    """JPEG qualities evaluated on fakes: the requested ones plus the claims' 75 and 85, descending."""
+    return tuple(sorted(set(params.jpeg_q_test) | {CLAIM_Q, BOTH_Q}, reverse=True))
 
 
 def eval_inpaint_sizes(params: Params) -> tuple[int, ...]:
@@ -319,52 +318,66 @@ def log_spectrum(x: np.ndarray) -> np.ndarray:
 
 
 def run_seed(params: Params, seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """One seed: data, stage 1, frozen features, LP and SP heads, evaluation, timings."""
+    """One seed: data, stage 1, frozen features, LP and SP heads, evaluation, CPU seconds."""
     rng, gen = runtime.generators(seed)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     sets = make_sets(params, rng)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     model = train_stage1(Detector(params.width, params.highpass), sets["train_real"],
                          sets["train_fake"], params.epochs, gen)
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     freeze_backbone(model)
     feats = {k: extract_features(model, v) for k, v in sets.items()}
-    t3 = time.perf_counter()
+    t3 = time.process_time()
     heads = {"base": head_arrays(model.head)}
     for name, constrain in (("lp", False), ("sp", True)):
         heads[name] = head_arrays(retrain_head(feats["train_real"], feats["train_fake"], constrain,
                                                params.head_steps, params.head_lr, gen))
-    t4 = time.perf_counter()
+    t4 = time.process_time()
     out = {"seed": seed, "heads": evaluate(heads, feats, params),
            "seconds": {"data": t1 - t0, "stage1": t2 - t1, "features": t3 - t2, "heads": t4 - t3}}
     return out, sets
 
 
-def run_variant(params: Params, progress: str = "") -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
-    """Every seed of one configuration; also returns the first seed's patch sets."""
-    per_seed, first = [], {}
-    for seed in tqdm(params.seed_list(), desc=progress or "seeds", disable=None, leave=False):
-        out, sets = run_seed(params, seed)
-        per_seed.append(out)
-        first = first or sets
-    return per_seed, first
-
-
-def run(params: Params) -> Results:
-    """The whole experiment over ``params.seed_list()`` (plus the ablations when asked)."""
-    runtime.limit_threads()
-    runtime.resolve_device(params.device)  # the models are tiny: they always run on CPU
-    per_seed, sets = run_variant(params)
+def seed_job(params: Params, seed: int, keep_examples: bool
+             ) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One seed in a worker process: its metrics, plus example patches and spectra if asked."""
+    runtime.limit_threads(1)
+    out, sets = run_seed(params, seed)
+    if not keep_examples:
+        return out, {}, {}
     examples = {k: sets[k][:4] for k in ("real_test", "clean", f"jpeg{CLAIM_Q}",
                                          f"inpaint{CLAIM_INPAINT}", "inpaint8") if k in sets}
     spectra = {k: log_spectrum(sets[k][:500]) for k in ("real_test", "clean")}
-    res = Results(params, params.seed_list(), per_seed, examples, spectra)
+    return out, examples, spectra
+
+
+def variants(params: Params) -> dict[str, Params]:
+    """The main configuration and, when asked, the ablation variants (two seeds each)."""
+    out = {"main": params}
     if params.ablations:
         for label, change in (("tconv", {"generator": "tconv"}), ("no-highpass", {"highpass": False})):
             # Two seeds keep the full preset's ablations within its time budget.
-            variant = dataclasses.replace(params, ablations=False, seeds=min(params.seeds, 2),
-                                          **change)
-            res.ablations[label] = run_variant(variant, progress=label)[0]
+            out[label] = dataclasses.replace(params, ablations=False, seeds=min(params.seeds, 2),
+                                             **change)
+    return out
+
+
+def run(params: Params) -> Results:
+    """The whole experiment over ``params.seed_list()``, one worker process per core."""
+    runtime.limit_threads(1)
+    runtime.resolve_device(params.device)  # the models are tiny: they always run on CPU
+    configs = variants(params)
+    jobs = [(label, (v, s, label == "main" and i == 0)) for label, v in configs.items()
+            for i, s in enumerate(v.seed_list())]
+    with tqdm(total=len(jobs), desc="seeds", disable=None, leave=False) as bar:
+        outs = runtime.parallel_map(seed_job, [j for _, j in jobs], on_done=bar.update)
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
+    for (label, _), (out, _, _) in zip(jobs, outs):
+        runs[label].append(out)
+    _, examples, spectra = outs[0]
+    res = Results(params, params.seed_list(), runs.pop("main"), examples, spectra)
+    res.ablations.update(runs)
     return res
 
 
@@ -434,7 +447,7 @@ def head_means(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def timing(per_seed: list[dict[str, Any]]) -> dict[str, float]:
-    """Total seconds per stage and the stage-2 / stage-1 cost ratios."""
+    """Total CPU seconds per stage and the stage-2 / stage-1 cost ratios."""
     tot = {k: float(sum(s["seconds"][k] for s in per_seed)) for k in per_seed[0]["seconds"]}
     tot["heads_over_stage1"] = tot["heads"] / tot["stage1"]
     tot["stage2_over_stage1"] = (tot["features"] + tot["heads"]) / tot["stage1"]
