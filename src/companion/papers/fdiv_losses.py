@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all
