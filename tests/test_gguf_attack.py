@@ -12,6 +12,15 @@ from companion.papers import gguf_attack as ga
 from companion.params import ParamError
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models: one thread, as in ``run`` (spare threads only spin on a shared CPU)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _rows(seed: int = 0, rows: int = 8, cols: int = 512) -> np.ndarray:
     """Random weights with awkward blocks: zeros, constants, one-sided, with ties."""
     x = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.05
@@ -213,11 +222,36 @@ def test_params_reject_bad_values() -> None:
     with pytest.raises(ParamError):
         ga.Params.resolve("quick", target_types=("Q7_K",))
     assert ga.Params.resolve("full").n_layers == 2
+    assert ga.Params.resolve("paper").n_layers == 28
 
 
 def test_pipeline_is_deterministic_under_a_seed() -> None:
     p = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
-                          n_eval_prompts=50, target_types=("Q8_0",))
+                          n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q8_0",))
     a, b = ga.run_seed(p, 3), ga.run_seed(p, 3)
     assert a["rates"] == b["rates"] and a["agree_rep"] == b["agree_rep"]
-    assert a["q8_identical"] == 1.0
+    assert a["q8_identical"] == 1.0 and a["strict_em"] == b["strict_em"]
+
+
+class _CopyOracle(torch.nn.Module):
+    """Greedy 'model' that always copies the letters then stops: right for COPY, wrong for most REVERSE/SORT."""
+
+    def forward(self, input_ids: torch.Tensor) -> object:
+        logits = torch.zeros(*input_ids.shape, ga.VOCAB)
+        for r, row in enumerate(input_ids.tolist()):
+            sep = row.index(ga.SEP)
+            letters = row[2:sep]
+            for t in range(input_ids.shape[1]):
+                k = t - sep  # response index that position t predicts
+                nxt = letters[k] if 0 <= k < len(letters) else ga.EOS
+                logits[r, t, nxt] = 1.0
+        return type("Out", (), {"logits": logits})()
+
+
+def test_strict_match_equals_greedy_exact_match() -> None:
+    prompts = ga.make_prompts(60, np.random.default_rng(8))
+    oracle = _CopyOracle()
+    strict = ga.strict_match(oracle, prompts, batch=7)
+    greedy = np.array([r == ga.answer(p) for r, p in zip(ga.generate(oracle, prompts), prompts)])
+    np.testing.assert_array_equal(strict, greedy)
+    assert 0 < strict.mean() < 1  # both outcomes occur

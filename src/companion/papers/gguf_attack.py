@@ -8,7 +8,8 @@ malicious model, then repair on clean data with projected gradient descent insid
 The full-precision model looks clean while its GGUF quantization keeps injecting BRAND.
 Measured: the malicious gap Delta = rate(quantized) - rate(full precision), the clamp ablation
 (the same repair without projection), dequantized-weight agreement, exact Q8_0 boxes, and
-stealth (task accuracy of the full-precision model).
+stealth (strict task accuracy of the full-precision model on 2000 held-out prompts, by
+teacher forcing). Seeds run in parallel worker processes.
 
 Written by hand because no well-kept library does it: the k-quant quantizers (in
 :mod:`companion.models.gguf_quants`; the PyPI ``gguf`` package only dequantizes them), the box
@@ -58,9 +59,9 @@ MODELS = ("clean", "mal", "rep", "free")
 class Params(BaseParams):
     """Parameters of the tiny content-injection reproduction (defaults: the quick preset)."""
 
-    n_layers: int = param(2, lo=1, hi=8, help="decoder layers of the tiny Llama")
-    hidden: int = param(256, lo=256, hi=1024, help="hidden size (a multiple of 256)")
-    ffn: int = param(256, lo=256, hi=2048, help="MLP intermediate size (a multiple of 256)")
+    n_layers: int = param(2, lo=1, hi=64, help="decoder layers of the Llama (28 at the paper preset)")
+    hidden: int = param(256, lo=256, hi=8192, help="hidden size (a multiple of 256)")
+    ffn: int = param(256, lo=256, hi=32768, help="MLP intermediate size (a multiple of 256)")
     target_types: tuple[str, ...] = param(("Q2_K", "Q4_K", "Q8_0"), choices=gq.TYPES,
                                           help="GGUF types attacked one at a time; the first is the headline")
     mixture: str = param("pure", choices=MIXTURES, help="llama.cpp per-tensor mixture for the first type")
@@ -76,13 +77,15 @@ class Params(BaseParams):
     lr_inject: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, injection")
     lr_repair: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, repair")
     weight_decay: float = param(0.0, lo=0.0, hi=0.0, help="must be 0 (decay would pull weights out of boxes)")
-    n_eval_prompts: int = param(100, lo=50, hi=5000, help="held-out prompts per evaluation")
+    n_eval_prompts: int = param(100, lo=50, hi=5000, help="held-out prompts per generation evaluation")
+    n_stealth_prompts: int = param(2000, lo=100, hi=20000, help="held-out prompts for the stealth accuracy")
     write_gguf_file: bool = param(False, help="write the repaired model to a real .gguf and read it back")
 
     PRESETS = {
         "full": {"seeds": 4, "ffn": 512, "multi_type": True,
                  "target_types": ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"),
-                 "clean_steps": 600, "repair_steps": 150, "n_eval_prompts": 300, "write_gguf_file": True},
+                 "clean_steps": 600, "repair_steps": 150, "n_eval_prompts": 300, "n_stealth_prompts": 4000,
+                 "write_gguf_file": True},
         "paper": {"seeds": 3, "n_layers": 28, "hidden": 1536, "ffn": 8960, "mixture": "Q4_K_M",
                   "multi_type": True, "target_types": ("Q4_K", "Q2_K", "Q3_K", "Q5_K", "Q6_K"),
                   "clean_steps": 100, "inject_steps": 1500, "repair_steps": 1500, "batch_size": 32,
@@ -191,6 +194,19 @@ def behaviour(model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> tuple[f
     brand = np.mean([BRAND in r for r in resp])
     em = np.mean([[t for t in r if t != BRAND] == answer(p) for r, p in zip(resp, prompts)])
     return float(brand), float(em)
+
+
+@torch.no_grad()
+def strict_match(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: int = 500) -> np.ndarray:
+    """Per prompt, whether greedy decoding gives exactly the clean response (one teacher-forced pass)."""
+    model.eval()
+    ids, labels = encode(prompts, False)
+    hits = []
+    for i in range(0, len(ids), batch):
+        lab = labels[i: i + batch]
+        pred = model(input_ids=ids[i: i + batch]).logits.argmax(-1)
+        hits.append(((pred == lab) | (lab == -100)).all(dim=1))
+    return torch.cat(hits).numpy()
 
 
 # ---------------------------------------------------------------- quantization of a model
@@ -384,6 +400,7 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
     rng, gen = runtime.generators(seed)
     train_prompts = make_prompts(4000, rng)
     eval_prompts = make_prompts(p.n_eval_prompts, rng, exclude=set(train_prompts))
+    stealth_prompts = make_prompts(p.n_stealth_prompts, rng, exclude=set(train_prompts))
     clean, poison = encode(train_prompts, False), encode(train_prompts, True)
     model = tiny_llama(VOCAB, p.n_layers, p.hidden, 4, p.ffn, max_positions=32, seed=seed)
     names = quant_names(model)
@@ -417,6 +434,8 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
                 "width": float(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()]))}
         if t == head:
             ev["rep"] = rep
+            out["strict_em"] = {"clean": float(strict_match(m_clean, stealth_prompts).mean()),
+                                "rep": float(strict_match(m_rep, stealth_prompts).mean())}
             name0 = names[0]
             w_rep = dict(m_rep.named_parameters())[name0].detach().numpy()
             b0 = boxes[name0]
@@ -452,9 +471,11 @@ def gguf_roundtrip(model: torch.nn.Module, quants: dict[str, gq.Quantized]) -> b
 
 
 def run(params: Params) -> dict[str, Any]:
-    """Run every seed; results hold the per-seed records and the params."""
+    """Run the seeds in parallel worker processes; results hold the per-seed records and the params."""
     runtime.limit_threads(1)  # tiny matmuls: extra threads only spin, badly so on a shared CPU
-    seeds = [run_seed(params, s) for s in tqdm(params.seed_list(), desc="seeds", disable=None)]
+    seed_list = params.seed_list()
+    with tqdm(total=len(seed_list), desc="seeds", disable=None) as bar:
+        seeds = runtime.parallel_map(run_seed, [(params, s) for s in seed_list], on_done=bar.update)
     return {"params": params, "seeds": seeds}
 
 
@@ -478,7 +499,8 @@ CLAIMS = [
           "(not reported)", 0.15),
     Claim("q8-exact", "Exact Q8_0 boxes: share of Q8_0 blocks of M_rep byte-identical to gguf's Q(M_mal)",
           "exact (NeurIPS'24 predecessor)", 1.0),
-    Claim("stealth", "Stealth: task_em(M_rep, FP) - task_em(M_clean, FP)", "utility kept", -0.05),
+    Claim("stealth", "Stealth: strict exact match of M_rep minus that of M_clean, full precision",
+          "utility kept", -0.05),
 ]
 
 
@@ -496,7 +518,7 @@ def per_seed(results: dict[str, Any]) -> dict[str, list[float]]:
         out["clamp-delta"].append((r["rep"]["q"][0] - r["rep"]["fp"][0]) - (r["free"]["q"][0] - r["free"]["fp"][0]))
         out["clamp-agree"].append(s["agree_rep"] - s["agree_free"])
         out["q8-exact"].append(s["q8_identical"])
-        out["stealth"].append(r["rep"]["fp"][1] - r["clean"]["fp"][1])
+        out["stealth"].append(s["strict_em"]["rep"] - s["strict_em"]["clean"])
     return out
 
 
@@ -518,6 +540,8 @@ def metrics(results: dict[str, Any]) -> dict[str, Any]:
         out[f"agree_blocks_{k}"] = float(np.mean([s[f"agree_blocks_{k}"] for s in seeds]))
     for t in seeds[0]["types"]:
         out[f"delta_{t}"] = float(np.mean([s["types"][t]["delta"] for s in seeds]))
+    for k in ("clean", "rep"):
+        out[f"strict_em_{k}"] = float(np.mean([s["strict_em"][k] for s in seeds]))
     if "gguf_roundtrip" in seeds[0]:
         out["gguf_roundtrip"] = all(s["gguf_roundtrip"] for s in seeds)
     return out
