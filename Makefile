@@ -52,7 +52,7 @@ unit: install ## the fast tests only (library, CLI validation): for iteration
 
 test: install ## every test: unit, CLI and runner, nbval over notebooks/, book build
 	$(BIN)/python -m pytest tests
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks
+	$(BIN)/python -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=20 notebooks
 	$(BIN)/python -m companion.book build
 
 bench: install ## performance anchors: our time / reference time, measured in one run
