@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from companion import plotting, runtime
