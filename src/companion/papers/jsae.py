@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
+from tqdm.auto import tqdm
 from torch import Tensor
 
 from companion import runtime
@@ -45,6 +46,7 @@ CONTEXT = 64  # bytes per window
 EVAL_WINDOWS = 256  # held-out windows: eight batches of 32 x 64 bytes
 CHECK_TOKENS = 128  # tokens for the exactness and speed check inside a run
 RANDOM_LM_SEED = 1_000_003  # offset so the random LM never shares the trained LM's init
+WINDOW_STREAM = 7  # numpy stream id of the training windows: np.random.default_rng([seed, 7])
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Params(BaseParams):
     lm_layers: int = param(2, lo=1, hi=4, help="transformer blocks of the byte-level LM")
     d_model: int = param(64, lo=32, hi=256, help="residual width d")
     d_mlp: int = param(256, lo=64, hi=2048, help="MLP hidden width m (2-8 x d_model)")
-    lm_steps: int = param(500, lo=200, hi=5000, help="LM training steps (batch 32 x 64 bytes)")
+    lm_steps: int = param(400, lo=200, hi=5000, help="LM training steps (batch 32 x 64 bytes)")
     hook_layer: int = param(1, lo=0, hi=3, help="block whose MLP is studied (< lm_layers)")
     n_tokens: int = param(32768, lo=8192, hi=2**21, help="training tokens collected per LM")
     expansion: int = param(8, lo=4, hi=64, help="SAE latents n: expansion x d_model")
@@ -64,7 +66,7 @@ class Params(BaseParams):
                                            help="extra lambdas for the trade-off sweep (base seed only)")
     sae_steps: int = param(500, lo=200, hi=20000, help="SAE training steps")
     sae_lr: float = param(1e-3, lo=1e-4, hi=3e-3, help="Adam learning rate of the SAEs")
-    sae_batch: int = param(512, lo=128, hi=4096, help="tokens per SAE step")
+    sae_batch: int = param(256, lo=128, hi=4096, help="tokens per SAE step")
     thresholds: tuple[float, ...] = param((0.005, 0.01, 0.02, 0.05), lo=1e-6, hi=1.0,
                                           help="|J| thresholds for the sparsity metric")
     normalize_acts: bool = param(True, help="train on unit-RMS activations (False: pitfall demo)")
@@ -73,7 +75,7 @@ class Params(BaseParams):
     random_traditional: bool = param(False, help="also a traditional pair on the random LM")
 
     PRESETS = {
-        "full": {"seeds": 5, "lm_steps": 1500, "n_tokens": 65536, "sae_steps": 1500,
+        "full": {"seeds": 5, "lm_steps": 1500, "n_tokens": 65536, "sae_steps": 1500, "sae_batch": 512,
                  "sweep_coefs": (0.3, 3.0, 10.0), "random_traditional": True},
         "paper": {"seeds": 5, "lm_layers": 4, "d_model": 256, "d_mlp": 1024, "lm_steps": 5000,
                   "hook_layer": 2, "n_tokens": 2**21, "expansion": 32, "k": 32, "jac_coef": 1.0,
@@ -318,9 +320,9 @@ class Results:
     """Everything the page shows: per-seed pair metrics by condition, examples, the sweep."""
 
     params: Params
-    lm_loss: float
-    ce_base: dict[str, float]
-    scales: dict[str, tuple[float, float]]
+    lm_loss: list[float]
+    ce_base: list[dict[str, float]]
+    scales: dict[str, tuple[float, float]] = field(default_factory=dict)
     per_seed: list[dict[str, PairEval]] = field(default_factory=list)
     exact_err: list[float] = field(default_factory=list)
     speedup: list[float] = field(default_factory=list)
@@ -353,53 +355,107 @@ def _fit_eval(acts: Acts, lam: float, params: Params, seed: int, ce: Callable[..
     return sae_x, sae_y, jac, PairEval(**{**ev.__dict__, "ce": score, "train_s": train_s})
 
 
-def run(params: Params) -> Results:
-    """Train the LM, then per seed a traditional pair and a JSAE on it and a JSAE on a random LM."""
-    # One intra-op thread: the matrices are tiny, and a second OpenMP thread mostly spin-waits at
-    # barriers, which on a shared 2-core machine more than doubles the CPU time for little speed.
-    runtime.limit_threads(1)
-    device = runtime.resolve_device(params.device)
-    rng, _ = runtime.generators(params.seed)
+def _windows(seed: int, params: Params) -> tuple[np.ndarray, np.ndarray]:
+    """Training windows drawn from ``seed`` (shared by the trained and the random LM) and held-out ones."""
     train, heldout = split_tokens()
+    rng = np.random.default_rng([seed, WINDOW_STREAM])
+    return (sample_windows(train, params.n_tokens // CONTEXT, CONTEXT, rng),
+            tiled_windows(heldout, EVAL_WINDOWS, CONTEXT))
+
+
+@dataclass(frozen=True)
+class PairJob:
+    """Output of one worker job: a pair's metrics and what the page draws from it."""
+
+    ev: PairEval
+    scales: tuple[float, float]
+    ce_base: dict[str, float] = field(default_factory=dict)
+    exact_err: float = float("nan")
+    speedup: float = float("nan")
+    abs_j: np.ndarray | None = None
+
+
+def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] | None,
+             keep_jac: bool = False, check_speed: bool = False) -> PairJob:
+    """Worker job: one SAE pair (coefficient ``lam``) on this seed's trained LM, or on a random LM if None."""
+    runtime.limit_threads(1)
     arch = (params.lm_layers, params.d_model, params.d_mlp)
-    lm = byte_gpt2(*arch, seed=params.seed, context=CONTEXT).to(device)
-    lm_loss = train_byte_lm(lm, train, params.lm_steps, rng)
-    train_w = sample_windows(train, params.n_tokens // CONTEXT, CONTEXT, rng)
-    eval_w = tiled_windows(heldout, EVAL_WINDOWS, CONTEXT)
+    lm_seed = seed if lm_state is not None else RANDOM_LM_SEED + seed
+    lm = byte_gpt2(*arch, seed=lm_seed, context=CONTEXT)
+    if lm_state is not None:
+        lm.load_state_dict(lm_state)
+    lm = lm.to(runtime.resolve_device(params.device))
+    train_w, eval_w = _windows(seed, params)
     acts = collect(lm, params.hook_layer, train_w, eval_w, params.normalize_acts)
-    ln, mlp = block_mlp(lm, params.hook_layer)
-    base = {"clean": mean_ce(lm, eval_w, {}), "zero_in": mean_ce(lm, eval_w, {ln: torch.zeros_like}),
-            "zero_out": mean_ce(lm, eval_w, {mlp: torch.zeros_like})}
-    res = Results(params, lm_loss, base, {"trained": (acts.c_x, acts.c_y)})
+    ce, base = None, {}
+    if lm_state is not None:
+        ln, mlp = block_mlp(lm, params.hook_layer)
+        base = {"clean": mean_ce(lm, eval_w, {}), "zero_in": mean_ce(lm, eval_w, {ln: torch.zeros_like}),
+                "zero_out": mean_ce(lm, eval_w, {mlp: torch.zeros_like})}
 
-    def ce(sx: TopKSAE, sy: TopKSAE) -> float:
-        return _ce(lm, params.hook_layer, sx, sy, acts, eval_w, base)
+        def ce(sx: TopKSAE, sy: TopKSAE) -> float:
+            return _ce(lm, params.hook_layer, sx, sy, acts, eval_w, base)
 
-    for i, seed in enumerate(params.seed_list()):
-        row: dict[str, PairEval] = {}
-        _, _, jac_sae, row["sae"] = _fit_eval(acts, 0.0, params, seed, ce)
-        sx, sy, jac_jsae, row["jsae"] = _fit_eval(acts, params.jac_coef, params, seed, ce)
-        err, speed = exactness_and_speed(sx, sy, acts)
-        res.exact_err.append(err)
-        res.speedup.append(speed)
-        if params.run_random_baseline:
-            rand = byte_gpt2(*arch, seed=RANDOM_LM_SEED + seed, context=CONTEXT).to(device)
-            racts = collect(rand, params.hook_layer, train_w, eval_w, params.normalize_acts)
-            res.scales[f"random-{seed}"] = (racts.c_x, racts.c_y)
-            row["jsae-random"] = _fit_eval(racts, params.jac_coef, params, seed, None)[3]
-            if params.random_traditional:
-                row["sae-random"] = _fit_eval(racts, 0.0, params, seed, None)[3]
+    sx, sy, jac, ev = _fit_eval(acts, lam, params, seed, ce)
+    err, speed = exactness_and_speed(sx, sy, acts) if check_speed else (float("nan"), float("nan"))
+    return PairJob(ev, (acts.c_x, acts.c_y), base, err, speed,
+                   jac.abs().cpu().numpy() if keep_jac else None)
+
+
+def seed_job(params: Params, seed: int, sweep: tuple[float, ...] = ()) -> tuple[float, list[PairJob]]:
+    """Worker job: train this seed's LM, then a traditional pair, a JSAE and any ``sweep`` pairs on it."""
+    runtime.limit_threads(1)
+    rng, _ = runtime.generators(seed)
+    lm = byte_gpt2(params.lm_layers, params.d_model, params.d_mlp, seed=seed, context=CONTEXT)
+    loss = train_byte_lm(lm.to(runtime.resolve_device(params.device)), split_tokens()[0], params.lm_steps, rng)
+    state = lm.state_dict()
+    jobs = [(0.0, True, False), (params.jac_coef, True, True)] + [(lam, False, False) for lam in sweep]
+    return loss, [pair_job(params, seed, lam, state, keep, speed) for lam, keep, speed in jobs]
+
+
+def run(params: Params, workers: int | None = None) -> Results:
+    """Per seed: train an LM, then a traditional pair and a JSAE on it, and a JSAE on a random LM.
+
+    Every seed draws its own LM, so the spread over seeds includes the LM's training run. Seeds and
+    random-LM pairs run as jobs in worker processes (one torch thread each); the lambda sweep uses the
+    base seed's LM.
+    """
+    runtime.limit_threads(1)
+    seeds = params.seed_list()
+    jobs: list[tuple] = [(params, "seed", s, params.sweep_coefs if i == 0 else ()) for i, s in enumerate(seeds)]
+    if params.run_random_baseline:
+        conds = [("jsae-random", params.jac_coef)] + [("sae-random", 0.0)] * params.random_traditional
+        jobs += [(params, name, s, lam) for name, lam in conds for s in seeds]
+    bar = tqdm(total=len(jobs), desc="jsae jobs", disable=None, leave=False)
+    out = runtime.parallel_map(_job, jobs, workers, bar.update)
+    bar.close()
+    res = Results(params, [], [])
+    for seed, (loss, (sae, js, *sweep)) in zip(seeds, out):
+        res.lm_loss.append(loss)
+        row = {"sae": sae.ev, "jsae": js.ev}
+        for job, r in zip(jobs[len(seeds):], out[len(seeds):]):
+            if job[2] == seed:
+                row[job[1]] = r.ev
+                res.scales[f"random-{seed}"] = r.scales
         res.per_seed.append(row)
-        if i == 0:
+        res.ce_base.append(sae.ce_base)
+        res.scales[f"trained-{seed}"] = js.scales
+        res.exact_err.append(js.exact_err)
+        res.speedup.append(js.speedup)
+        if seed == seeds[0]:
+            res.sweep = [(lam, r.ev) for lam, r in zip(params.sweep_coefs, sweep)]
             pick = np.random.default_rng(seed)
-            for name, jac in (("sae", jac_sae), ("jsae", jac_jsae)):
-                res.abs_j[name] = jac.abs().flatten().cpu().numpy()[:200_000]
-                tok = pick.choice(len(jac), 4, replace=False)
-                perm_r, perm_c = pick.permutation(params.k), pick.permutation(params.k)
-                res.examples[name] = jac[tok].abs().cpu().numpy()[:, perm_r][:, :, perm_c]
-    for lam in params.sweep_coefs:
-        res.sweep.append((lam, _fit_eval(acts, lam, params, params.seed, ce)[3]))
+            tok = pick.choice(len(sae.abs_j), 4, replace=False)
+            perm_r, perm_c = pick.permutation(params.k), pick.permutation(params.k)
+            for name, job in (("sae", sae), ("jsae", js)):
+                res.abs_j[name] = job.abs_j.flatten()[:200_000]
+                res.examples[name] = job.abs_j[tok][:, perm_r][:, :, perm_c]
     return res
+
+
+def _job(params: Params, kind: str, seed: int, arg: object) -> object:
+    """A worker job: a whole seed (``kind='seed'``, ``arg``: sweep lambdas) or a pair on a random LM."""
+    return seed_job(params, seed, arg) if kind == "seed" else pair_job(params, seed, arg, None)
 
 
 # --- claims, metrics, tables -------------------------------------------------------------------
@@ -462,7 +518,8 @@ def summary(results: Results) -> pd.DataFrame:
 
 def metrics(results: Results) -> dict[str, float]:
     """Small JSON-able summary: seed means of the headline quantities."""
-    out: dict[str, float] = {"lm_loss": results.lm_loss, "ce_clean": results.ce_base["clean"]}
+    out: dict[str, float] = {"lm_loss": float(np.mean(results.lm_loss)),
+                             "ce_clean": float(np.mean([b["clean"] for b in results.ce_base]))}
     for cond in results.per_seed[0]:
         for attr in ("frac01", "l1l2", "fvu_in", "fvu_out", "ce", "train_s"):
             vals = [v for v in _per(results, cond, attr) if np.isfinite(v)]
