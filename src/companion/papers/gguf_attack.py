@@ -31,7 +31,7 @@ import gguf
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
