@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from tqdm.auto import tqdm
+from tqdm import tqdm
 from torch import Tensor
 
 from companion import runtime
