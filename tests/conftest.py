@@ -9,12 +9,24 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 from nbformat.v4 import new_code_cell, new_notebook
+from threadpoolctl import threadpool_limits
 
 from companion import registry
 from companion.params import BaseParams, param
 
 TOY_SLUG = "toy-paper"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Tiny models and fits, as in every paper's ``run``: spare threads only spin on 2 cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,6 @@ from companion.papers import extractive_structures as es
 from companion.params import ParamError
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread is fastest and keeps timings stable on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def world() -> es.World:
     return es.make_world(30, 30, 20, 10, np.random.default_rng(0))

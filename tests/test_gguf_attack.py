@@ -12,15 +12,6 @@ from companion.papers import gguf_attack as ga
 from companion.params import ParamError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models: one thread, as in ``run`` (spare threads only spin on a shared CPU)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _rows(seed: int = 0, rows: int = 8, cols: int = 512) -> np.ndarray:
     """Random weights with awkward blocks: zeros, constants, one-sided, with ties."""
     x = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32) * 0.05

@@ -15,15 +15,6 @@ from companion.papers import ood_dcc as p
 from companion.params import ParamError
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny matrices: one torch thread is faster, and the previous setting is restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _features(rng: np.random.Generator, n: int = 300, D: int = 12, C: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """Non-negative class-structured features with two dead units (zero variance)."""
     y = rng.integers(0, C, n)

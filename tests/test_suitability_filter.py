@@ -10,22 +10,11 @@ import torch
 from scipy import stats
 from scipy.special import logsumexp
 from statsmodels.stats.weightstats import ttest_ind as sm_ttest_ind
-from threadpoolctl import threadpool_limits
 
 from companion.data.domain_mixture import make_task, sample
 from companion.models.mlp_classifier import logits, mlp, train_classifier
 from companion.params import ParamError
 from companion.papers import suitability_filter as sf
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models and fits: extra threads only spin on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
