@@ -2,29 +2,42 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PretrainedConfig
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 def tiny_gpt2(vocab: int, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_positions: int = 64,
               seed: int = 0) -> GPT2LMHeadModel:
     """A GPT-2 decoder with a small config, initialised from ``seed``."""
-    torch.manual_seed(seed)
     config = GPT2Config(vocab_size=vocab, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                         n_positions=n_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         bos_token_id=0, eos_token_id=0)
-    return GPT2LMHeadModel(config)
+    return _seeded_init(GPT2LMHeadModel, config, seed)
 
 
 def tiny_llama(vocab: int, n_layer: int = 2, hidden: int = 64, n_head: int = 4, intermediate: int = 128,
                max_positions: int = 128, seed: int = 0) -> LlamaForCausalLM:
     """A Llama decoder (RMSNorm, RoPE, SwiGLU) with a small config, initialised from ``seed``."""
-    torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
                          num_hidden_layers=n_layer, num_attention_heads=n_head,
                          num_key_value_heads=n_head, max_position_embeddings=max_positions,
                          bos_token_id=0, eos_token_id=0, pad_token_id=0, tie_word_embeddings=False)
-    return LlamaForCausalLM(config)
+    return _seeded_init(LlamaForCausalLM, config, seed)
+
+
+def _seeded_init(model_class: type[M], config: PretrainedConfig, seed: int) -> M:
+    """Build ``model_class(config)`` with weights drawn from ``seed``, leaving the global RNG untouched.
+
+    ``transformers`` initialises weights from torch's global generator; forking it keeps model
+    construction from shifting the random stream of the caller.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model_class(config)
 
 
 def n_params(model: torch.nn.Module) -> int:

@@ -1,0 +1,31 @@
+"""Tiny LM constructors: seeded, deterministic, and leave the caller's random stream alone."""
+
+import torch
+
+from companion.models.tiny_lm import n_params, tiny_gpt2, tiny_llama
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_same_seed_same_weights_different_seed_different() -> None:
+    a, b, c = (tiny_gpt2(16, 1, 16, 2, 8, seed=s) for s in (3, 3, 4))
+    assert torch.equal(_flat(a), _flat(b))
+    assert not torch.equal(_flat(a), _flat(c))
+
+
+def test_construction_does_not_touch_global_rng() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    tiny_llama(16, 1, 16, 2, 32, max_positions=8, seed=7)
+    tiny_gpt2(16, 1, 16, 2, 8, seed=7)
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_n_params_counts_only_trainable() -> None:
+    model = tiny_gpt2(16, 1, 16, 2, 8)
+    total = n_params(model)
+    model.transformer.wte.weight.requires_grad_(False)
+    assert n_params(model) == total - 16 * 16
