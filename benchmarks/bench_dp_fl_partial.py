@@ -3,26 +3,16 @@ closed-form vs opacus-calibrated noise, and seed-batched vs per-seed simulation 
 
 from __future__ import annotations
 
-import statistics
-import time
 
 import numpy as np
 
+from companion.runtime import median_time
 from companion.papers import dp_fl_partial as dp
 
 REPEATS = 5
 N = 250  # samples per machine: T = N M / m = 1000 rounds at the quick schedule
 
 
-def median_time(fn) -> float:
-    """Median wall time of ``fn()`` over REPEATS calls (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(REPEATS):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -37,10 +27,10 @@ def main() -> None:
                            np.full(len(seeds), 0.03), sig, task, p.m, p.D, ck)
 
     one = [0]
-    t_nc = median_time(lambda: sim("nc", one))
-    t_naive = median_time(lambda: sim("naive", one))
-    t_np = median_time(lambda: sim("nonprivate_mu2", one))
-    t_sgd = median_time(lambda: sim("dpfedsgd", one))
+    t_nc = median_time(lambda: sim("nc", one), REPEATS)
+    t_naive = median_time(lambda: sim("naive", one), REPEATS)
+    t_np = median_time(lambda: sim("nonprivate_mu2", one), REPEATS)
+    t_sgd = median_time(lambda: sim("dpfedsgd", one), REPEATS)
     print(f"per-round cost, one seed, T = {N * p.M // p.m} rounds:")
     print(f"  mu2-FL NC / DP-FedSGD          = {t_nc / t_sgd:.2f}  (expect <= 2.5: two gradients per sample)")
     print(f"  NC / naive (noise cancellation) = {t_nc / t_naive:.2f}  (overhead of the cancellation)")
@@ -49,8 +39,8 @@ def main() -> None:
     seeds = list(range(8))
     batched = sim("nc", seeds).x_out
     looped = np.stack([sim("nc", [s]).x_out[0] for s in seeds])
-    t_batch = median_time(lambda: sim("nc", seeds))
-    t_loop = median_time(lambda: [sim("nc", [s]) for s in seeds])
+    t_batch = median_time(lambda: sim("nc", seeds), REPEATS)
+    t_loop = median_time(lambda: [sim("nc", [s]) for s in seeds], REPEATS)
     print(f"batched over 8 seeds vs per-seed loop: speed-up = {t_loop / t_batch:.1f}x (expect >= 4), "
           f"max |difference| = {np.abs(batched - looped).max():.1e}")
 

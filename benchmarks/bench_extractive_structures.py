@@ -15,6 +15,7 @@ import time
 import numpy as np
 import torch
 
+from companion.runtime import median_time
 from companion.models import gpt2_attribution as attrib
 from companion.models.weight_deltas import delta_since, snapshot
 from companion.papers import extractive_structures as es
@@ -35,15 +36,6 @@ def trained_pair() -> tuple:
     return old, new, seqs, loss
 
 
-def median_time(fn, repeats: int = 15) -> float:
-    """Median CPU seconds of ``fn()`` over ``repeats`` calls (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return float(np.median(times))
 
 
 def main() -> None:
@@ -54,7 +46,7 @@ def main() -> None:
     hooked = lambda: attrib.extractive_scores(old, new, seqs[:, :3], cf[:, :3], loss, delta)  # noqa: E731
     informative = lambda: attrib.informative(*attrib.trace(old, seqs[:, :3], loss), delta, 4)  # noqa: E731
     naive = lambda: attrib.patched_loss_drops(old, seqs[:, :3], loss, delta)  # noqa: E731
-    t_hooked, t_info, t_naive = median_time(hooked), median_time(informative), median_time(naive)
+    t_hooked, t_info, t_naive = (median_time(fn, 15, clock=time.process_time) for fn in (hooked, informative, naive))
     linear = hooked()["informative"].sum(1).mean(0)
     causal = naive()
     corr = float(np.corrcoef(linear.numpy(), causal.numpy())[0, 1])

@@ -8,24 +8,14 @@ ours / softmax (the floor).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import entmax
 import torch
 
+from companion.runtime import median_time
 from companion.fdivergence import REGISTRY, softargmax
 
 
-def median_time(fn, repeats: int = 20) -> float:
-    """Median wall time of ``fn()`` over ``repeats`` calls after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -38,10 +28,10 @@ def main() -> None:
     print(f"{'k':>7s} {'ours ms':>9s} {'ours/entmax_bisect':>19s} {'ours/entmax15':>14s} {'ours/softmax':>13s}")
     for k in args.sizes:
         theta = 3 * torch.randn(256, k, generator=torch.Generator().manual_seed(0))
-        ours = median_time(lambda: softargmax(div, theta, None, 30))
-        bisect = median_time(lambda: entmax.entmax_bisect(theta, 1.5, n_iter=30))
-        sort = median_time(lambda: entmax.entmax15(theta, -1))
-        floor = median_time(lambda: torch.softmax(theta, -1))
+        ours = median_time(lambda: softargmax(div, theta, None, 30), 20)
+        bisect = median_time(lambda: entmax.entmax_bisect(theta, 1.5, n_iter=30), 20)
+        sort = median_time(lambda: entmax.entmax15(theta, -1), 20)
+        floor = median_time(lambda: torch.softmax(theta, -1), 20)
         print(f"{k:7d} {1e3 * ours:9.2f} {ours / bisect:19.2f} {ours / sort:14.2f} {ours / floor:13.1f}")
 
 

@@ -8,26 +8,16 @@ Prints ratios only, since absolute times depend on the shared machine.
 from __future__ import annotations
 
 import statistics
-import time
-from typing import Callable
 
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType, quants
 
+from companion.runtime import median_time
 from companion.models import gguf_quants as gq
 from companion.papers import gguf_attack as ga
 
 
-def median_time(fn: Callable[[], object], repeats: int = 5) -> float:
-    """Median wall time of ``fn`` over ``repeats`` calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main() -> None:

@@ -10,10 +10,10 @@ Optionally (if ``pref_voting`` is installed) our true Borda / plurality scores a
 from __future__ import annotations
 
 import random
-import time
 
 import numpy as np
 
+from companion.runtime import median_time
 from companion.data import rankings as rk
 from companion.papers import improvement_feedback as f
 
@@ -52,14 +52,6 @@ def vector_borda_winners(profiles: np.ndarray, rng: np.random.Generator) -> np.n
     return f.argmax_random(f.borda_estimate(d), rng)
 
 
-def median_time(fn, repeats: int = REPEATS) -> tuple[float, object]:
-    """Median wall time of ``fn()`` over repeats, and its last output."""
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), out
 
 
 def pref_voting_check(gen: np.random.Generator) -> str:
@@ -81,8 +73,10 @@ def main() -> None:
     gen = np.random.default_rng(0)
     profiles = rk.plackett_luce((REPS, N), np.array(f.PAPER_PL_WEIGHTS), gen)
     borda = f.true_scores(profiles)["borda"]
-    t_loop, w_loop = median_time(lambda: loop_borda_winners(profiles, random.Random(1), np.random.default_rng(3)))
-    t_vec, w_vec = median_time(lambda: vector_borda_winners(profiles, np.random.default_rng(2)))
+    loop = lambda: loop_borda_winners(profiles, random.Random(1), np.random.default_rng(3))  # noqa: E731
+    vector = lambda: vector_borda_winners(profiles, np.random.default_rng(2))  # noqa: E731
+    t_loop, t_vec = median_time(loop, REPEATS, warmup=0), median_time(vector, REPEATS, warmup=0)
+    w_loop, w_vec = loop(), vector()
     r_loop, r_vec = f.ratio(borda, np.array(w_loop)), f.ratio(borda, np.asarray(w_vec))
     se = np.sqrt(r_loop.var(ddof=1) / REPS + r_vec.var(ddof=1) / REPS)
     print(f"m={M} t={T} n={N} reps={REPS}: per-voter loop {t_loop:.3f} s, vectorised {t_vec:.4f} s, "

@@ -8,30 +8,19 @@ Run: ``.venv/bin/python benchmarks/bench_jsae.py``.
 
 from __future__ import annotations
 
-import statistics
 import time
-from typing import Callable
 
 import numpy as np
 import torch
 
 from companion import runtime
+from companion.runtime import median_time
 from companion.models.topk_sae import TopKSAE, constrained_step
 from companion.papers import jsae
 
 TOKENS, N, K, M, D = 256, 512, 8, 256, 64
 
 
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    """Median CPU time of ``fn`` over ``repeats`` calls, after one warm-up call."""
-    # CPU time, not wall time: on a shared machine a millisecond call's wall time is mostly waiting.
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return statistics.median(times)
 
 
 def setup(gen: torch.Generator) -> tuple[jsae.Mlp, TopKSAE, TopKSAE, torch.Tensor]:
@@ -59,7 +48,7 @@ def main() -> None:
         return jsae.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y).detach()
 
     err = float((fast() - naive()).abs().max())
-    t_fast, t_naive = median_time(fast, 21), median_time(naive, 3)
+    t_fast, t_naive = median_time(fast, 21, clock=time.process_time), median_time(naive, 3, clock=time.process_time)
     print(f"efficient J vs vmap(jacrev): speed-up {t_naive / t_fast:.0f}x "
           f"({TOKENS} tokens, n={N}, k={K}, m={M}; max |diff| {err:.1e})")
 
@@ -73,7 +62,7 @@ def main() -> None:
         jsae.pair_loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam).backward()
         constrained_step([sae_x, sae_y], opt)
 
-    t_sae, t_jsae = median_time(lambda: step(0.0), 30), median_time(lambda: step(1.0), 30)
+    t_sae, t_jsae = (median_time(lambda lam=lam: step(lam), 30, clock=time.process_time) for lam in (0.0, 1.0))
     print(f"training step, JSAE / traditional pair: {t_jsae / t_sae:.2f}x (batch 512)")
 
 

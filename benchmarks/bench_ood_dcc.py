@@ -7,22 +7,13 @@ Scores 1000 test features at D = 256, C = 6 three ways in the same run and print
 
 from __future__ import annotations
 
-import time
-from typing import Callable
 
 import numpy as np
 
+from companion.runtime import median_time
 from companion.papers.ood_dcc import GaussianFit
 
 
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls of ``fn``."""
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
 
 
 def main(D: int = 256, C: int = 6, n_fit: int = 3000, n_test: int = 1000, repeats: int = 5) -> None:
@@ -36,9 +27,9 @@ def main(D: int = 256, C: int = 6, n_fit: int = 3000, n_test: int = 1000, repeat
     r = D // 2
     ref = fit.dcc_reference(test[:50], r)
     err = np.abs(fit.dcc(test[:50], r)[0] - ref).max() / np.abs(ref).max()
-    t_inv = median_time(lambda: fit.dcc_reference(test, r), max(1, repeats // 2))
-    t_vec = median_time(lambda: fit.dcc(test, r), repeats)
-    t_maha = median_time(lambda: fit.maha(test), repeats)
+    t_inv = median_time(lambda: fit.dcc_reference(test, r), max(1, repeats // 2), warmup=0)
+    t_vec = median_time(lambda: fit.dcc(test, r), repeats, warmup=0)
+    t_maha = median_time(lambda: fit.maha(test), repeats, warmup=0)
     print(f"D={D} C={C} n={n_test} r={r}; max relative difference of the two DCC scores: {err:.1e}")
     print(f"per-sample inverse / vectorised DCC : {t_inv / t_vec:6.1f}x  (expected >= 20x)")
     print(f"vectorised DCC / static MahaNorm    : {t_vec / t_maha:6.2f}x  (expected 1.2-2x, < 3x)")

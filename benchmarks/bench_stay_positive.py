@@ -10,8 +10,6 @@ Times, in one run (median of repeats), and prints ratios only:
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Callable
 
 import numpy as np
@@ -19,21 +17,13 @@ import torch
 from sklearn.metrics import average_precision_score
 
 from companion import runtime
+from companion.runtime import median_time
 from companion.data import photo_patches as pp
 from companion.papers import stay_positive as sp
 
 REPEATS = 3
 
 
-def median_time(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    """Median wall time of ``fn`` over ``repeats`` calls, after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -45,16 +35,16 @@ def main() -> None:
     real, fake = sets["train_real"], sets["train_fake"]
 
     model = sp.Detector(p.width, p.highpass)
-    epoch = median_time(lambda: sp.train_stage1(model, real, fake, 1, gen))
+    epoch = median_time(lambda: sp.train_stage1(model, real, fake, 1, gen), REPEATS)
     sp.freeze_backbone(model)
     feats = {k: sp.extract_features(model, v) for k, v in sets.items()}
-    extract = median_time(lambda: [sp.extract_features(model, v) for v in sets.values()])
+    extract = median_time(lambda: [sp.extract_features(model, v) for v in sets.values()], REPEATS)
 
     def both_heads() -> list[torch.nn.Linear]:
         return [sp.retrain_head(feats["train_real"], feats["train_fake"], c, p.head_steps,
                                 p.head_lr, gen) for c in (False, True)]
 
-    heads = median_time(both_heads)
+    heads = median_time(both_heads, REPEATS)
     lp, sph = both_heads()
     x = sp.to_tensor(sets["clean"][:1000] if len(sets["clean"]) >= 1000 else
                      np.concatenate([sets["clean"]] * (1000 // len(sets["clean"]) + 1))[:1000])
@@ -68,7 +58,7 @@ def main() -> None:
 
     t_base, t_lp, t_sp = (median_time(infer(h), 5) for h in (model.head, lp, sph))
     q = np.random.default_rng(1).integers(65, 96, len(real))
-    jpeg = median_time(lambda: pp.jpeg_batch(pp.q8(real), q))
+    jpeg = median_time(lambda: pp.jpeg_batch(pp.q8(real), q), REPEATS)
 
     rs = np.random.default_rng(2)
     neg, pos = rs.normal(size=20000), rs.normal(0.5, 1.0, size=20000)

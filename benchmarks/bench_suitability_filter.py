@@ -9,26 +9,17 @@ Prints ratios measured in this run (median of repeats), never a lone absolute ti
 
 from __future__ import annotations
 
-import statistics
 import time
-from typing import Callable
 
 import numpy as np
 import torch
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
+from companion.runtime import median_time
 from companion.papers import suitability_filter as sf
 
 
-def median_time(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``fn`` over ``repeats`` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int = 500) -> None:
@@ -49,7 +40,7 @@ def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int 
                           for u in pc_user] for _, j in pairs])
 
     diff = np.abs(vectorized() - looped()).max()
-    t_vec, t_loop = median_time(vectorized, 7), median_time(looped, 3)
+    t_vec, t_loop = median_time(vectorized, 7, warmup=0), median_time(looped, 3, warmup=0)
     n = len(pairs) * n_users
     print(f"test stage, {n} experiments: looped scipy / vectorized = {t_loop / t_vec:.0f}x "
           f"(max |p difference| {diff:.1e}; spec expects >= 20x)")

@@ -10,7 +10,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.neighbors import NearestNeighbors
 
 from companion.data import digits_ood
-from companion.models.feature_mlp import extract, train_mlp
+from companion.models.mlp import extract, train_mlp
 from companion.papers import ood_dcc as p
 from companion.params import ParamError
 

@@ -12,7 +12,7 @@ from scipy.special import logsumexp
 from statsmodels.stats.weightstats import ttest_ind as sm_ttest_ind
 
 from companion.data.domain_mixture import make_task, sample
-from companion.models.mlp_classifier import logits, mlp, train_classifier
+from companion.models.mlp import FeatureMLP, fit, logits
 from companion.params import ParamError
 from companion.papers import suitability_filter as sf
 
@@ -94,7 +94,7 @@ def trained() -> tuple:
     task = make_task(10, 8, 1.0, (0.7, 0.9, 1.1, 1.3), rng)
     w = np.ones(4) / 4
     x, y, _ = sample(task, 2000, w, rng)
-    net = train_classifier(mlp(8, 32, 10, gen=gen), x, y, 5, gen)
+    net = fit(FeatureMLP((8, 32, 32), 10, gen), x, y, 5, gen)
     return task, net, w, rng
 
 

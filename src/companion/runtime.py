@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import platform
+import statistics
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from importlib import metadata
 from typing import Any, Callable, Sequence, TypeVar
@@ -94,3 +96,22 @@ def parallel_map(fn: Callable[..., T], jobs: Sequence[tuple], workers: int | Non
             if on_done:
                 on_done()
         return [f.result() for f in futures]
+
+
+def median_time(fn: Callable[[], object], repeats: int = 5, *, warmup: int = 1,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median seconds, by ``clock``, of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls.
+
+    Benchmarks report ratios of two such medians taken in the same run; pass
+    ``clock=time.process_time`` to time CPU rather than wall seconds on a shared machine.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times)

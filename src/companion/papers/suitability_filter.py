@@ -44,7 +44,7 @@ from tqdm import tqdm
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
 from companion.data.domain_mixture import MixtureTask, make_task, sample, unit_vector
-from companion.models.mlp_classifier import logits, mlp, train_classifier
+from companion.models.mlp import FeatureMLP, fit, logits
 from companion.noninferiority import (VAR_FLOOR, adjusted_margin, binned_rates, calibration_bias,  # noqa: F401
                                       decision_metrics, welch_moments, welch_noninferiority)
 from companion.params import BaseParams, ParamError, param
@@ -248,8 +248,8 @@ def train_model(params: Params, rng: np.random.Generator, gen: torch.Generator
     for attempt in range(4):
         task = make_task(params.n_classes, params.n_features, sep, params.domain_sigmas, rng)
         x, y, _ = sample(task, params.n_train, uniform(task), rng)
-        net = train_classifier(mlp(params.n_features, params.hidden, params.n_classes, gen=gen), x, y,
-                               params.epochs, gen)
+        net = fit(FeatureMLP((params.n_features, params.hidden, params.hidden), params.n_classes, gen),
+                  x, y, params.epochs, gen)
         xv, yv, _ = sample(task, 2000, uniform(task), rng)
         acc = float(np.mean(logits(net, xv).argmax(1) == yv))
         if ACC_RANGE[0] <= acc <= ACC_RANGE[1] or attempt == 3:

@@ -1,16 +1,20 @@
-"""A small ReLU MLP classifier whose penultimate activations serve as features (OOD scorers, probes).
+"""Small ReLU MLP classifiers, seeded end to end.
 
-Initialisation and minibatch order come from an explicit ``torch.Generator``, so the same seed
-gives the same network on the same machine.
+Initialisation and minibatch order both come from an explicit ``torch.Generator``, so the same
+seed gives the same network on the same machine. The training loop takes any loss of
+``(logits, targets)``, so papers with their own losses (Fenchel-Young) share it.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class FeatureMLP(nn.Module):
@@ -44,30 +48,46 @@ def _init_linear(layer: nn.Linear, generator: torch.Generator) -> None:
         layer.bias.uniform_(-bound, bound, generator=generator)
 
 
-def train_mlp(X: np.ndarray, y: np.ndarray, sizes: tuple[int, ...], n_classes: int,
-              generator: torch.Generator, epochs: int = 60, lr: float = 1e-3,
-              weight_decay: float = 1e-4, batch: int = 64) -> FeatureMLP:
-    """Train a :class:`FeatureMLP` with Adam and cross-entropy on ``X`` (n, sizes[0]), ``y`` (n,)."""
-    model = FeatureMLP(sizes, n_classes, generator)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+def fit(model: nn.Module, X: np.ndarray, y: np.ndarray, epochs: int, generator: torch.Generator,
+        lr: float = 1e-3, weight_decay: float = 0.0, batch: int = 128,
+        loss: LossFn = nn.functional.cross_entropy,
+        optimizer: type[torch.optim.Optimizer] = torch.optim.Adam) -> nn.Module:
+    """Minimise ``loss(model(x), y)`` over minibatches shuffled from ``generator``; eval mode after."""
+    opt = optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
     Xt = torch.as_tensor(X, dtype=torch.float32)
     yt = torch.as_tensor(y, dtype=torch.long)
+    model.train()
     for _ in range(epochs):
         order = torch.randperm(len(Xt), generator=generator)
         for start in range(0, len(Xt), batch):
             idx = order[start:start + batch]
             opt.zero_grad()
-            nn.functional.cross_entropy(model(Xt[idx]), yt[idx]).backward()
+            loss(model(Xt[idx]), yt[idx]).backward()
             opt.step()
     return model.eval()
 
 
+def train_mlp(X: np.ndarray, y: np.ndarray, sizes: tuple[int, ...], n_classes: int,
+              generator: torch.Generator, epochs: int = 60, lr: float = 1e-3,
+              weight_decay: float = 1e-4, batch: int = 64) -> FeatureMLP:
+    """A :class:`FeatureMLP` trained with Adam and cross-entropy on ``X`` (n, sizes[0]), ``y`` (n,)."""
+    model = FeatureMLP(sizes, n_classes, generator)
+    fit(model, X, y, epochs, generator, lr, weight_decay, batch)
+    return model
+
+
+@torch.no_grad()
+def logits(model: nn.Module, X: np.ndarray) -> np.ndarray:
+    """The network's logits (n, K), computed in float32, returned as float64 numpy."""
+    return model(torch.as_tensor(X, dtype=torch.float32)).double().numpy()
+
+
 def extract(model: FeatureMLP, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Logits (n, classes) and penultimate features (n, d), both float64, computed in float64."""
+    """Logits (n, classes) and penultimate features (n, d), both computed in float64."""
     with torch.no_grad():
         m64 = model.double()
         Xt = torch.as_tensor(X, dtype=torch.float64)
         feats = m64.features(Xt)
-        logits = m64.head(feats)
+        out = m64.head(feats)
         model.float()
-    return logits.numpy(), feats.numpy()
+    return out.numpy(), feats.numpy()
