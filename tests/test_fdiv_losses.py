@@ -205,3 +205,12 @@ def test_claims_fail_when_the_measurement_says_so():
     verdicts = {v.id: v.verdict for v in paper.check(res)}
     assert verdicts == {"reductions": "FAILS", "bisection-general": "HOLDS", "bisection-rate": "HOLDS",
                         "alpha15-clf": "FAILS", "alpha15-lm": "HOLDS", "lm-near-bayes": "HOLDS", "sparsity": "FAILS"}
+
+
+def test_lm_job_records_accuracy_and_support_curves() -> None:
+    params = paper.Params.resolve("quick", lm_steps=50, lm_vocab=16)
+    out = paper.lm_job(params, 0, "alpha1.5")
+    assert len(out["curve"]) == len(out["support_curve"]) == 10
+    assert all(0.0 < share <= 1.0 for share in out["support_curve"])
+    assert 2.0 <= out["true_support"] <= params.lm_support_max
+    assert 0.0 <= out["recall"] <= 1.0

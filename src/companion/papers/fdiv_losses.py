@@ -32,6 +32,7 @@ from companion.data.markov import (MarkovSource, bayes_accuracy, next_token_laws
                                    sample_sequences, sparse_markov_table)
 from companion.fdivergence import (LOSS_NAMES, REGISTRY, bisect_tau, fy_loss, get_divergence,
                                    primal_value, softargmax, softmax_value, fy_loss_value)
+from companion.models.mlp import FeatureMLP, fit
 from companion.models.tiny_lm import tiny_gpt2
 from companion.params import BaseParams, param
 from companion.plotting import figure
@@ -85,6 +86,7 @@ CLAIMS = [
     Claim("sparsity", "mean support of p*(α=1.5) on LM test contexts, as a share of the vocabulary",
           "sparse outputs for α > 1", 0.25, "<="),
 ]
+CLAIMS_BY_ID = {claim.id: claim for claim in CLAIMS}
 
 
 @dataclass
@@ -100,10 +102,11 @@ class Results:
     clf_support: dict[str, list[float]] = field(default_factory=dict)
     lm_acc: dict[str, list[float]] = field(default_factory=dict)
     lm_curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    lm_support_curves: dict[str, list[list[float]]] = field(default_factory=dict)
+    lm_true_support: list[float] = field(default_factory=list)
     lm_curve_steps: list[int] = field(default_factory=list)
     lm_support: dict[str, list[float]] = field(default_factory=dict)
     lm_support_recall: dict[str, list[float]] = field(default_factory=dict)
-    lm_support_hist: list[np.ndarray] = field(default_factory=list)
     bayes: list[float] = field(default_factory=list)
     distill: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     sft_acc: dict[str, list[float]] = field(default_factory=dict)
@@ -206,21 +209,13 @@ def digits_split(seed: int) -> tuple[np.ndarray, ...]:
     return (*(scaler.transform(a).astype(np.float32) for a in (X_tr, X_va, X_te)), y_tr, y_va, y_te)
 
 
-def train_mlp(loss: str, data: tuple[np.ndarray, ...], hidden: int, epochs: int, lr: float, seed: int,
-              iters: int, q: torch.Tensor | None) -> torch.nn.Sequential:
+def train_classifier(loss: str, data: tuple[np.ndarray, ...], hidden: int, epochs: int, lr: float, seed: int,
+                     iters: int, q: torch.Tensor | None) -> FeatureMLP:
     """An MLP 64 -> hidden -> 10 trained with the FY loss of ``loss`` (same init and order per seed)."""
     X_tr, _, _, y_tr, _, _ = data
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    div, X, y = get_divergence(loss), torch.from_numpy(X_tr), torch.from_numpy(y_tr)
-    order_gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(X), generator=order_gen).split(128):
-            opt.zero_grad()
-            fy_loss(div, model(X[idx]), y[idx], q, iters).mean().backward()
-            opt.step()
-    return model
+    div, gen = get_divergence(loss), torch.Generator().manual_seed(seed)
+    return fit(FeatureMLP((64, hidden), 10, gen), X_tr, y_tr, epochs, gen, lr, weight_decay=0.01,
+               loss=lambda z, target: fy_loss(div, z, target, q, iters).mean(), optimizer=torch.optim.AdamW)
 
 
 def mlp_eval(model: torch.nn.Module, loss: str, X: np.ndarray, y: np.ndarray, q, iters: int) -> tuple[float, float]:
@@ -237,7 +232,7 @@ def digits_experiment(params: Params, seed: int, lrs: tuple[float, ...] = (3e-3,
     q = reference_measure(params.reference_measure, 10, np.bincount(data[3], minlength=10))
     out = {}
     for loss in params.clf_losses:
-        fits = [train_mlp(loss, data, params.clf_hidden, params.clf_epochs, lr, seed, params.bisect_iters, q)
+        fits = [train_classifier(loss, data, params.clf_hidden, params.clf_epochs, lr, seed, params.bisect_iters, q)
                 for lr in lrs]
         best = max(fits, key=lambda m: mlp_eval(m, loss, data[1], data[4], q, params.bisect_iters)[0])
         out[loss] = mlp_eval(best, loss, data[2], data[5], q, params.bisect_iters)
@@ -266,8 +261,9 @@ def lm_targets(source: MarkovSource, seqs: np.ndarray, soft: bool) -> torch.Tens
 
 def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, *,
              model: torch.nn.Module | None = None, layers: int | None = None, soft: bool = False,
-             eval_seqs: np.ndarray | None = None, curve_every: int = 0) -> tuple[torch.nn.Module, list[float]]:
-    """Train (or fine-tune) a tiny GPT-2 with the FY loss; optionally record an accuracy curve."""
+             eval_seqs: np.ndarray | None = None,
+             curve_every: int = 0) -> tuple[torch.nn.Module, list[tuple[float, float]]]:
+    """Train (or fine-tune) a tiny GPT-2 with the FY loss; optionally record (accuracy, support / V) curves."""
     if model is None:
         model = tiny_gpt2(source.vocab, layers or params.lm_layers, params.lm_dim, 4, 64, seed=seed)
     div, rng = get_divergence(loss), np.random.default_rng(seed + 10_000)
@@ -285,7 +281,8 @@ def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: 
         opt.step()
         sched.step()
         if curve_every and eval_seqs is not None and ((step + 1) % curve_every == 0):
-            curve.append(lm_eval(model, loss, source, eval_seqs[:200], q, params.bisect_iters)["acc"])
+            point = lm_eval(model, loss, source, eval_seqs[:200], q, params.bisect_iters)
+            curve.append((point["acc"], point["support"] / source.vocab))
     return model, curve
 
 
@@ -298,14 +295,15 @@ def lm_eval(model: torch.nn.Module, loss: str, source: MarkovSource, seqs: np.nd
     model.train()
     law = torch.tensor(next_token_laws(source, seqs), dtype=torch.float32)
     support, true_support = p > 0, law > 0
-    recall = (support & true_support).sum(-1).float() / true_support.sum(-1).float()
+    true_sizes = true_support.sum(-1).float()
+    recall = (support & true_support).sum(-1).float() / true_sizes
     return {
         "acc": float((logits.argmax(-1).numpy() == seqs[:, 2:]).mean()),
         "agree": float((logits.argmax(-1) == law.argmax(-1)).float().mean()),
         "tv": float(0.5 * (p - law).abs().sum(-1).mean()),
         "support": float(support.sum(-1).float().mean()),
         "recall": float(recall.mean()),
-        "support_sizes": support.sum(-1).flatten().numpy(),
+        "true_support": float(true_sizes.mean()),
     }
 
 
@@ -318,7 +316,8 @@ def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
     q = reference_measure(params.reference_measure, params.lm_vocab, counts)
     every = max(1, params.lm_steps // 10)
     model, curve = train_lm(source, loss, params, seed, params.lm_steps, q, eval_seqs=test, curve_every=every)
-    out = {"bayes": bayes_accuracy(source, test), "curve": curve,
+    out = {"bayes": bayes_accuracy(source, test), "curve": [acc for acc, _ in curve],
+           "support_curve": [share for _, share in curve],
            **lm_eval(model, loss, source, test, q, params.bisect_iters)}
     if params.run_distill_sft:
         shifted = perturb(source, 0.3, params.lm_support_max, np.random.default_rng(seed + 1))
@@ -333,10 +332,8 @@ def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
 def _collect_lm(res: Results, loss: str, out: dict[str, Any]) -> None:
     """Append one LM job's measurements to the results."""
     for key, target in (("acc", res.lm_acc), ("curve", res.lm_curves), ("support", res.lm_support),
-                        ("recall", res.lm_support_recall)):
+                        ("recall", res.lm_support_recall), ("support_curve", res.lm_support_curves)):
         target.setdefault(loss, []).append(out[key])
-    if loss == "alpha1.5" and not res.lm_support_hist:
-        res.lm_support_hist.append(out["support_sizes"])
     if "sft_acc" in out:
         res.sft_acc.setdefault(loss, []).append(out["sft_acc"])
         for key in ("agree", "tv"):
@@ -367,7 +364,9 @@ def run(params: Params) -> Results:
             for name, (acc, support) in out["digits"].items():
                 res.clf_acc.setdefault(name, []).append(acc)
                 res.clf_support.setdefault(name, []).append(support)
-    res.bayes = [out["bayes"] for (_, _, *loss), out in zip(jobs, outs) if loss and loss[0] == params.lm_losses[0]]
+    first_loss = [out for (_, _, *loss), out in zip(jobs, outs) if loss and loss[0] == params.lm_losses[0]]
+    res.bayes = [out["bayes"] for out in first_loss]
+    res.lm_true_support = [out["true_support"] / params.lm_vocab for out in first_loss]
     return res
 
 
@@ -486,19 +485,19 @@ def plot_digits(res: Results) -> Figure:
 
 
 def plot_lm(res: Results) -> Figure:
-    """Next-token accuracy against steps per loss with the Bayes ceiling; inset: α=1.5 supports."""
+    """Left: next-token accuracy against steps with the Bayes ceiling. Right: support share of p* against steps."""
     from companion.plotting import mean_sd_line
 
-    fig, (ax,) = figure(width=5.4, height=3.4)
+    fig, (acc_ax, sup_ax) = figure(ncols=2, width=9.0, height=3.4)
     for loss, curves in res.lm_curves.items():
-        mean_sd_line(ax, res.lm_curve_steps, curves, loss)
-    ax.axhline(np.mean(res.bayes), color="k", linestyle=":", linewidth=1, label="Bayes accuracy")
-    ax.set(xlabel="training step", ylabel="next-token accuracy", title="Tiny GPT-2 on a sparse Markov source")
-    ax.legend(loc="lower right")
-    if res.lm_support_hist:
-        inset = ax.inset_axes([0.55, 0.35, 0.4, 0.3])
-        sizes = res.lm_support_hist[0]
-        inset.hist(sizes, bins=np.arange(0.5, sizes.max() + 1.5), color="C1")
-        inset.set_title("support of p*, α=1.5", fontsize=7)
-        inset.tick_params(labelsize=6)
+        mean_sd_line(acc_ax, res.lm_curve_steps, curves, loss)
+        mean_sd_line(sup_ax, res.lm_curve_steps, res.lm_support_curves[loss], loss)
+    acc_ax.axhline(np.mean(res.bayes), color="k", linestyle=":", linewidth=1, label="Bayes accuracy")
+    acc_ax.set(xlabel="training step", ylabel="next-token accuracy", title="Tiny GPT-2 on a sparse Markov source")
+    acc_ax.legend(loc="lower right")
+    sup_ax.axhline(np.mean(res.lm_true_support), color="k", linestyle=":", linewidth=1, label="true support")
+    sup_ax.axhline(CLAIMS_BY_ID["sparsity"].threshold, color="C3", linestyle="--", linewidth=1, label="claim bar")
+    sup_ax.set(xlabel="training step", ylabel="support of p* / vocabulary", ylim=(0, 1.05),
+               title="How many tokens p* keeps")
+    sup_ax.legend(loc="upper right")
     return fig
