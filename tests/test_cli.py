@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from companion import cli, registry
+from companion import cli, registry, runner
 
 CONTRACT_KEYS = {"paper", "status", "error", "params", "claims", "metrics", "provenance"}
 CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict"}
@@ -94,3 +96,14 @@ def test_store_refreshes_the_stored_notebook_without_volatile_metadata(toy_proje
     assert counts == list(range(1, len(counts) + 1))
     assert not any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
     assert json.loads((toy_project / "notebooks" / "toy-paper.results.json").read_text())["status"] == "ok"
+
+
+def test_results_are_written_readable_by_others(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        runner.write_json_atomic(tmp_path / "results.json", {"status": "ok"})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "results.json").stat().st_mode & 0o777 == 0o644
+    assert json.loads((tmp_path / "results.json").read_text()) == {"status": "ok"}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]

@@ -128,7 +128,15 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(_jsonable(payload), f, indent=1)
         f.write("\n")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results are meant to be shared
     os.replace(tmp, path)
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
