@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 
 import numpy as np
@@ -186,23 +187,84 @@ def test_params_validation():
         es.Params.resolve("quick", n_test_names=30)
     with pytest.raises(ParamError):
         es.Params.resolve("quick", n_head=5)
-    assert es.Params.resolve("full").seeds == 10
+    assert es.Params.resolve("full").seeds == 20
 
 
 def _tiny() -> es.Params:
-    return es.Params.resolve("quick", seeds=1, n_pre_names=50, n_train_names=40, n_test_names=20, n_cities=10,
+    return es.Params.resolve("quick", seeds=2, n_pre_names=50, n_train_names=40, n_test_names=20, n_cities=10,
                              epochs_pre=40, epochs_phase=20, epochs_test=10, replay_size=20, run_scores=True,
-                             run_contrast=False)
+                             trace_seeds=1, contrast_seeds=1, test_slices=2)
 
 
 def test_smoke_and_determinism():
+    params = _tiny()
     t = time.process_time()
-    a = es.run(_tiny())
+    a = es.Results(params, [0, 1], [es.run_seed(params, s) for s in (0, 1)])
     assert time.process_time() - t < 10
-    b = es.run(_tiny())
     verdicts = es.check(a)
     assert {v.id for v in verdicts} == {c.id for c in es.CLAIMS}
     assert all(np.isfinite(v.value) for v in verdicts)
     assert all(np.isfinite(x) for x in es.metrics(a).values())
-    assert a.per_seed[0].ocr == b.per_seed[0].ocr and a.per_seed[0].graft == b.per_seed[0].graft
-    assert all(np.isfinite(s).all() for s in a.per_seed[0].scores.values())
+    first, second = a.per_seed
+    assert set(first.ocr) == set(es.ORDERS) and set(second.ocr) == set(es.CONTRAST_ORDERS)
+    assert set(first.trainable_ocr) == set(es.CONTRAST_ORDERS) and not second.trainable_ocr
+    again = es.run(dataclasses.replace(params, seeds=1, contrast_seeds=0)).per_seed[0]  # contrast runs last
+    assert again.ocr == first.ocr and again.graft == first.graft and not again.trainable_ocr
+    assert all(np.isfinite(s).all() for s in first.scores.values())
+    assert list(es.contrast_table(a).index) == ["names frozen", "names trainable"]
+    for plot in (es.plot_ordering, es.plot_seeds, es.plot_grafting, es.plot_scores):
+        plot(a)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm_dir(tmp_path_factory) -> str:
+    """A tiny random Llama and a word-level tokenizer over the two-hop templates, saved offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from companion.data import two_hop_facts as thf
+
+    words = {w for hop in thf.two_hops(np.random.default_rng(0)) for texts in
+             (hop.fact_prompts, hop.fact_options, hop.impl_prompts, hop.impl_options) for t in texts for w in t.split()}
+    words |= {w for n in thf.FIRST_NAMES + thf.LAST_NAMES for w in n.split()}
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", *sorted(words)])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return str(folder)
+
+
+def test_pretrained_two_hop_test_runs_offline(tiny_lm_dir):
+    params = es.Params.resolve("paper", model_path=tiny_lm_dir, lm_lr=1e-2, lm_epochs=30, device="cpu")
+    table = es.pretrained_ocr(params)
+    assert list(table.index) == ["first hop", "second hop"]
+    ranks = table.filter(like="rank").drop(columns=["paper fact rank", "paper impl rank"])
+    assert ranks.to_numpy().min() >= 0 and ranks.to_numpy().max() <= 19
+    # the facts are what it is finetuned on: a small random model must learn them
+    assert (table["fact rank after"] < table["fact rank before"]).all()
+    assert (table["fact rank after"] <= 1.0).all()
+
+
+def test_bad_model_path_is_refused_before_compute(tmp_path):
+    with pytest.raises(ParamError, match="model_path.*not a directory"):
+        es.Params.resolve("quick", model_path=str(tmp_path / "missing"))
+    with pytest.raises(ParamError, match="model_path.*config.json"):
+        es.Params.resolve("quick", model_path=str(tmp_path))
+    with pytest.raises(ParamError, match="model_path"):
+        es.run(es.Params.resolve("paper"))
+
+
+def test_option_first_tokens_must_differ(tiny_lm_dir):
+    from transformers import AutoTokenizer
+
+    from companion.models import causal_lm
+
+    tok = AutoTokenizer.from_pretrained(tiny_lm_dir, local_files_only=True)
+    assert len(set(causal_lm.first_tokens(tok, ["Tokyo", "Paris", "Rome"]).tolist())) == 3
+    with pytest.raises(ValueError, match="first token"):
+        causal_lm.first_tokens(tok, ["Alice Abbott", "Alice Rossi"])

@@ -13,6 +13,9 @@ What is reproduced, at toy scale, with a 2-block ``transformers`` GPT-2 trained 
 - a two-block analogue of layer freezing, and the linearised extractive scores (informative,
   upstream, downstream) of the facts-first model on the test implications.
 
+With ``model_path`` (the ``paper`` preset) the paper's own two-hop OCR test also runs on a pretrained
+causal LM read from a local folder (``companion.models.causal_lm``, ``companion.data.two_hop_facts``).
+
 Entity representations come from pretraining in the paper; here a "pretraining" stage on other
 names' facts builds a fact-storage pathway and the name embeddings are then frozen.
 Written by hand because no maintained library does it: the rank metric, the phase schedule, the
@@ -35,6 +38,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
+from companion.data import two_hop_facts
+from companion.models import causal_lm
 from companion.models import gpt2_attribution as attrib
 from companion.models.weight_deltas import Delta, delta_since, snapshot, with_deltas
 from companion.params import BaseParams, ParamError, param
@@ -46,14 +51,20 @@ SCORE_KINDS = ("informative", "upstream", "downstream")
 LOG_EVERY_A = 3  # Stage-A trajectory resolution in epochs (evaluation only; training is unchanged)
 
 
+FULL = {"seeds": 20, "n_pre_names": 300, "n_train_names": 200, "epochs_pre": 100, "epochs_phase": 80,
+        "epochs_test": 40, "replay_size": 100, "trace_seeds": 5, "contrast_seeds": 5}
+
+
 @dataclass(frozen=True)
 class Params(BaseParams):
     """Parameters of the toy reproduction (defaults = quick preset)."""
 
-    seeds: int = param(7, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(8, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     n_pre_names: int = param(200, lo=50, hi=2000, help="pretraining names (dax facts only)")
     n_train_names: int = param(160, lo=40, hi=1000, help="training names (the three orders, grafting)")
-    n_test_names: int = param(40, lo=5, hi=1000, help="test names; a multiple of n_cities")
+    n_test_names: int = param(40, lo=5, hi=1000, help="test names per test finetune; a multiple of n_cities")
+    test_slices: int = param(3, lo=1, hi=10, help="test finetunes per order, each from the same Stage-A "
+                             "model on its own new names (more evaluation items)")
     n_cities: int = param(20, lo=5, hi=50, help="cities = animals = answer options")
     n_layer: int = param(2, lo=2, hi=4, help="GPT-2 blocks")
     d_model: int = param(64, lo=32, hi=256, help="residual width")
@@ -67,14 +78,17 @@ class Params(BaseParams):
     freeze_name_embeddings: bool = param(True, help="False shows the failure mode")
     run_grafting: bool = param(True, help="run the weight-grafting experiment")
     run_scores: bool = param(True, help="compute the extractive-score heatmaps")
-    run_contrast: bool = param(False, help="rerun the orders with trainable name embeddings")
+    trace_seeds: int = param(2, lo=1, hi=64, help="the first seeds also run the joint order and log "
+                             "per-epoch ranks (figures)")
+    contrast_seeds: int = param(2, lo=0, hi=64, help="the first seeds rerun with trainable name embeddings")
+    model_path: str = param("", help="local folder of a pretrained causal LM: also run the paper's two-hop "
+                            "OCR test on it (empty = toy only)")
+    lm_lr: float = param(3e-6, lo=1e-7, hi=1e-2, help="Adam learning rate of the pretrained-LM finetune")
+    lm_epochs: int = param(8, lo=1, hi=100, help="epochs of the pretrained-LM finetune")
 
     PRESETS = {
-        "full": {"seeds": 10, "n_pre_names": 300, "n_train_names": 200, "epochs_pre": 100,
-                 "epochs_phase": 80, "epochs_test": 40, "replay_size": 100, "run_contrast": True},
-        "paper": {"seeds": 10, "n_pre_names": 2000, "n_train_names": 1000, "n_layer": 4, "d_model": 256,
-                  "n_head": 8, "epochs_pre": 300, "epochs_phase": 200, "epochs_test": 100,
-                  "replay_size": 400},
+        "full": FULL,
+        "paper": FULL,  # the toy at full scale, plus the two-hop test on the LM at model_path (required)
     }
 
     def __post_init__(self) -> None:
@@ -85,6 +99,10 @@ class Params(BaseParams):
                              f"n_cities={self.n_cities}")
         if self.replay_size > self.n_pre_names:
             raise ParamError(f"parameter 'replay_size': {self.replay_size} exceeds n_pre_names={self.n_pre_names}")
+        problem = causal_lm.model_dir_problem(self.model_path) if self.model_path else None
+        if problem:
+            raise ParamError(f"parameter 'model_path': {problem}; give a local folder holding a Hugging Face "
+                             "causal LM and its tokenizer")
 
 
 # ---------------------------------------------------------------- world and data
@@ -248,21 +266,25 @@ def _phases(order: str, world: World, replay: Tensor) -> list[Tensor]:
 def run_seed(params: Params, seed: int) -> SeedResult:
     """Pretraining, the three orders with the test finetune, grafting and scores for one seed."""
     rng, gen = runtime.generators(seed)
-    world = make_world(params.n_pre_names, params.n_train_names, params.n_test_names, params.n_cities, rng)
+    world = make_world(params.n_pre_names, params.n_train_names, params.n_test_names * params.test_slices,
+                       params.n_cities, rng)
     model = build_model(world, params.n_layer, params.d_model, params.n_head, gen)
     train(model, dax(world, world.pre), params.epochs_pre, params.lr, params.batch_size, rng)
     names = torch.as_tensor(world.name_tok(np.arange(world.n_names)))
     frozen = names if params.freeze_name_embeddings else None
     replay = dax(world, rng.choice(world.pre, size=params.replay_size, replace=False))
     res = SeedResult()
-    deltas, (theta, new) = _orders(res, model, world, replay, frozen, params, rng)
-    dax_b, zong_b = dax(world, world.test), zong(world, world.test)
+    trace = seed - params.seed < params.trace_seeds  # joint is reported, never checked: the figure's seeds only
+    deltas, (theta, new) = _orders(res, model, world, replay, frozen, params, rng, trace,
+                                   ORDERS if trace else CONTRAST_ORDERS)
+    first = _test_slices(world, params)[0]  # the slice the kept facts-first model learned
+    dax_b, zong_b = dax(world, first), zong(world, first)
     res.layer_keep = _layer_keep(new, theta, world, params.n_layer, dax_b, zong_b)
     if params.run_scores:
         res.scores = _scores(new, theta, world, zong_b, rng)
     if params.run_grafting:
         res.graft = _graft(model, world, replay, deltas, params, rng, frozen)
-    if params.run_contrast and params.freeze_name_embeddings:
+    if params.freeze_name_embeddings and seed - params.seed < params.contrast_seeds:
         other = SeedResult()
         _orders(other, model, world, replay, None, params, rng, trace=False, orders=CONTRAST_ORDERS)
         res.trainable_ocr = other.ocr
@@ -277,13 +299,11 @@ def _orders(res: SeedResult, model: GPT2LMHeadModel, world: World, replay: Tenso
     Returns the Stage-A phase deltas by (order, phase) and the facts-first (theta, theta') pair.
     """
     fit = dict(lr=params.lr, batch_size=params.batch_size, rng=rng, frozen_rows=frozen)
-    dax_a, zong_a, dax_b, zong_b = dax(world, world.train), zong(world, world.train), dax(world, world.test), \
-        zong(world, world.test)
+    dax_a, zong_a = dax(world, world.train), zong(world, world.train)
     deltas, kept = {}, None
     for order in orders:
         m = copy.deepcopy(model)
         log_a = lambda: mean_ranks(m, world, dax_a, zong_a)  # noqa: E731
-        log_b = lambda: mean_ranks(m, world, dax_b, zong_b)  # noqa: E731
         traj = []
         for k, phase in enumerate(_phases(order, world, replay)):
             before = snapshot(m)
@@ -291,16 +311,30 @@ def _orders(res: SeedResult, model: GPT2LMHeadModel, world: World, replay: Tenso
             deltas[(order, k)] = delta_since(m, before)
             if order == "impl_first" and k == 0:
                 res.impl_memorised = mean_rank(m, world, zong_a)
-        res.traj_a[order] = np.array(traj)
-        theta = snapshot(m)
-        traj_b = [log_b()] + train(m, dax_b, params.epochs_test, log=log_b if trace else None, **fit)
-        traj_b += [] if trace else [log_b()]
-        res.traj_b[order] = np.array(traj_b)
+        theta, stage_a = snapshot(m), copy.deepcopy(m)
+        traj_b = np.mean([_test_finetune(m if j == 0 else copy.deepcopy(stage_a), world, names, params, fit, trace)
+                          for j, names in enumerate(_test_slices(world, params))], axis=0)
+        if trace:
+            res.traj_a[order], res.traj_b[order] = np.array(traj), traj_b
         res.leak[order] = traj_b[0][1]
         res.test_fact[order], res.ocr[order] = traj_b[-1]
         if order == "facts_first":
             kept = (theta, m)
     return deltas, kept
+
+
+def _test_slices(world: World, params: Params) -> list[np.ndarray]:
+    """The disjoint test slices; each covers every city equally often."""
+    return np.split(world.test, params.test_slices)
+
+
+def _test_finetune(m: GPT2LMHeadModel, world: World, names: np.ndarray, params: Params, fit: dict,
+                   trace: bool) -> np.ndarray:
+    """Stage B on one slice's facts: ranks [dax, zong] of the slice before, (each epoch if ``trace``) and after."""
+    dax_b, zong_b = dax(world, names), zong(world, names)
+    log_b = lambda: mean_ranks(m, world, dax_b, zong_b)  # noqa: E731
+    traj_b = [log_b()] + train(m, dax_b, params.epochs_test, log=log_b if trace else None, **fit)
+    return np.array(traj_b + ([] if trace else [log_b()]))
 
 
 def _layer_keep(new: GPT2LMHeadModel, theta: Delta, world: World, n_layer: int, dax_b: Tensor,
@@ -359,6 +393,7 @@ class Results:
     params: Params
     seeds: list[int]
     per_seed: list[SeedResult]
+    pretrained: pd.DataFrame | None = None  # the two-hop test on the model at ``model_path``
 
     @property
     def chance(self) -> float:
@@ -371,12 +406,58 @@ class Results:
 
 
 def run(params: Params) -> Results:
-    """Run every seed, one worker process per core (deterministic given ``params``)."""
+    """Run every seed, one worker process per core, then the pretrained-LM test if ``model_path`` is set."""
+    if params.preset == "paper" and not params.model_path:
+        raise ParamError("parameter 'model_path': the paper preset runs the paper's test on a pretrained LM; "
+                         "set model_path=<local folder of a Hugging Face causal LM>")
     runtime.limit_threads(1)  # tiny matmuls: processes over seeds use the cores better than threads
     seeds = params.seed_list()
     with tqdm(total=len(seeds), desc="seeds", disable=None, leave=False) as bar:
         per_seed = runtime.parallel_map(run_seed, [(params, s) for s in seeds], on_done=bar.update)
-    return Results(params, seeds, per_seed)
+    return Results(params, seeds, per_seed, pretrained_ocr(params) if params.model_path else None)
+
+
+# ---------------------------------------------------------------- the paper's test on a pretrained LM
+
+LM_BATCH = 8  # the official batch size
+# fact and implication rank after finetuning on the facts, no layer frozen (layer-freezing table, OLMo-7b)
+PAPER_LM_RANKS = {"first hop": (0.00, 0.00), "second hop": (0.00, 1.80)}
+
+
+def pretrained_ocr(params: Params) -> pd.DataFrame:
+    """Finetune the model at ``model_path`` on each hop's 20 new facts; ranks and log-probs before and after."""
+    model, tok = causal_lm.load(params.model_path, runtime.resolve_device(params.device))
+    rng = np.random.default_rng(params.seed)
+    saved = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}  # CPU: spare GPU memory
+    rows = {}
+    for hop in two_hop_facts.two_hops(rng):
+        facts = causal_lm.encode(tok, hop.fact_prompts, hop.fact_answers)
+        impls = causal_lm.encode(tok, hop.impl_prompts, hop.impl_answers)
+        tests = [(facts, causal_lm.first_tokens(tok, hop.fact_options),
+                  torch.tensor([hop.fact_options.index(a) for a in hop.fact_answers])),
+                 (impls, causal_lm.first_tokens(tok, hop.impl_options),
+                  torch.tensor([hop.impl_options.index(a) for a in hop.impl_answers]))]
+
+        def measure() -> list[float]:
+            ranks = [float(causal_lm.option_ranks(model, *t).float().mean()) for t in tests]
+            return ranks + [float(causal_lm.answer_logprob(model, impls).mean())]
+
+        before = measure()
+        causal_lm.finetune(model, facts, params.lm_epochs, params.lm_lr, LM_BATCH, rng)
+        after = measure()
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(saved[n])
+        rows[hop.name] = before + after + list(PAPER_LM_RANKS[hop.name])
+    cols = [f"{what} {when}" for when in ("before", "after") for what in ("fact rank", "impl rank", "impl log-prob")]
+    return pd.DataFrame.from_dict(rows, orient="index", columns=cols + ["paper fact rank", "paper impl rank"])
+
+
+def pretrained_table(results: Results) -> pd.DataFrame | str:
+    """The two-hop test on the pretrained LM (ranks among 20 options, chance 9.5), or why it did not run."""
+    if results.pretrained is None:
+        return "model_path is empty: the pretrained-LM test did not run (see the paper preset)"
+    return results.pretrained.round(2).rename_axis(f"{results.params.model_path} (chance 9.5)")
 
 
 CLAIMS = [
@@ -427,14 +508,17 @@ def check(results: Results) -> list[Verdict]:
 def metrics(results: Results) -> dict:
     """Small JSON-able summary: means over seeds (and the smallest ordering gap)."""
     per = _per_seed(results)
-    out = {f"ocr_{o}": float(results.values(lambda r, o=o: r.ocr[o]).mean()) for o in ORDERS}
+    out = {f"ocr_{o}": float(np.mean([r.ocr[o] for r in results.per_seed if o in r.ocr])) for o in ORDERS}
     out["gap_min"] = float(per["ordering-gap"].min())
     out.update({f"claim_{k}": float(np.mean(x)) for k, x in per.items()})
-    if results.per_seed[0].trainable_ocr:
-        out.update({f"trainable_ocr_{o}": float(results.values(lambda r, o=o: r.trainable_ocr[o]).mean())
-                    for o in CONTRAST_ORDERS})
+    contrast = [r for r in results.per_seed if r.trainable_ocr]
+    out.update({f"trainable_ocr_{o}": float(np.mean([r.trainable_ocr[o] for r in contrast]))
+                for o in CONTRAST_ORDERS if contrast})
     for blk in results.per_seed[0].layer_keep:
         out[f"keep_{blk.replace(' ', '')}_ocr"] = float(results.values(lambda r, b=blk: r.layer_keep[b][1]).mean())
+    if results.pretrained is not None:
+        for hop, row in results.pretrained.iterrows():
+            out.update({f"lm_{hop.replace(' ', '_')}_{k.replace(' ', '_')}": float(v) for k, v in row.items()})
     return out
 
 
@@ -444,7 +528,7 @@ def plot_ordering(results: Results) -> Figure:
     for i, order in enumerate(ORDERS):
         colour = f"C{i}"
         for ax, key in ((ax_a, "traj_a"), (ax_b, "traj_b")):
-            runs = np.stack([getattr(r, key)[order] for r in results.per_seed])
+            runs = np.stack([getattr(r, key)[order] for r in results.per_seed if order in r.traj_a])
             x = (np.arange(runs.shape[1]) + 1) * LOG_EVERY_A if key == "traj_a" else np.arange(runs.shape[1])
             for j, style in ((0, "--"), (1, "-")):
                 mean, sd = runs[..., j].mean(0), runs[..., j].std(0)
@@ -480,12 +564,12 @@ def plot_grafting(results: Results) -> Figure:
 def plot_seeds(results: Results) -> Figure:
     """OCR rank of every seed and order, with frozen and (if run) trainable name embeddings."""
     panels = [("ocr", "names frozen" if results.params.freeze_name_embeddings else "names trainable", ORDERS)]
-    if results.per_seed[0].trainable_ocr:
+    if any(r.trainable_ocr for r in results.per_seed):
         panels.append(("trainable_ocr", "names trainable (contrast)", CONTRAST_ORDERS))
     fig, axes = plotting.figure(len(panels), 1, width=3.4, height=2.8)
     for ax, (key, title, orders) in zip(axes, panels):
         for i, order in enumerate(orders):
-            y = results.values(lambda r: getattr(r, key)[order])
+            y = np.array([getattr(r, key)[order] for r in results.per_seed if order in getattr(r, key)])
             ax.scatter(np.full(len(y), i) + np.linspace(-0.15, 0.15, len(y)), y, color=f"C{i}", s=18)
             ax.hlines(y.mean(), i - 0.25, i + 0.25, color="k", lw=1.2)
         ax.axhline(results.chance, color="grey", lw=0.8, ls=":")
@@ -523,3 +607,18 @@ def layer_keep_table(results: Results) -> pd.DataFrame:
         rows[f"{blk} only"] = [results.values(lambda r, b=blk, j=j: r.layer_keep[b][j]) for j in (0, 1)]
     return pd.DataFrame({k: [f"{v.mean():.2f} ({v.std():.2f})" for v in vals] for k, vals in rows.items()},
                         index=["fact rank dax(test)", "OCR rank zong(test)"]).T.rename_axis("weight change kept in")
+
+
+def contrast_table(results: Results) -> pd.DataFrame | str:
+    """OCR ranks with frozen and with trainable name embeddings on the same seeds: mean (s.d.)."""
+    seeds = [(k, r) for k, r in zip(results.seeds, results.per_seed) if r.trainable_ocr]
+    if not seeds:
+        return "contrast_seeds=0: the trainable-name contrast did not run"
+    rows = {}
+    for label, key in (("names frozen", "ocr"), ("names trainable", "trainable_ocr")):
+        vals = np.array([[getattr(r, key)[o] for o in CONTRAST_ORDERS] for _, r in seeds])
+        vals = np.column_stack([vals, vals[:, 1] - vals[:, 0]])
+        rows[label] = [f"{m:.2f} ({sd:.2f})" for m, sd in zip(vals.mean(0), vals.std(0))]
+    cols = [f"OCR rank {o}" for o in CONTRAST_ORDERS] + ["gap impl_first - facts_first"]
+    return pd.DataFrame.from_dict(rows, orient="index", columns=cols).rename_axis(
+        f"seeds {', '.join(str(k) for k, _ in seeds)}")
