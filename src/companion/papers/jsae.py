@@ -16,7 +16,9 @@ CE-loss score and FVU; the efficient Jacobian checked against ``torch.func.jacre
 Written by hand, because no well-kept library does it: the TopK SAE pair with the Jacobian
 penalty and the efficient Jacobian (SAELens has TopK SAEs but not the pair or the penalty).
 Deviation from the official code: activations are normalised to unit mean-square norm and the
-scales folded into the MLP (the official code forbids normalisation); see the notebook.
+scales folded into the MLP (the official code forbids normalisation); see the notebook. As in the
+paper, which studies one pretrained model, a run trains one LM (from the base seed) and the claim
+seeds vary the SAEs and the random LM.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class Params(BaseParams):
     lm_layers: int = param(2, lo=1, hi=4, help="transformer blocks of the byte-level LM")
     d_model: int = param(64, lo=32, hi=256, help="residual width d")
     d_mlp: int = param(256, lo=64, hi=2048, help="MLP hidden width m (2-8 x d_model)")
-    lm_steps: int = param(400, lo=200, hi=5000, help="LM training steps (batch 32 x 64 bytes)")
+    seeds: int = param(3, lo=1, hi=64, help="SAE seeds the claims are evaluated over (one LM per run)")
+    lm_steps: int = param(800, lo=200, hi=5000, help="LM training steps (batch 32 x 64 bytes)")
     hook_layer: int = param(1, lo=0, hi=3, help="block whose MLP is studied (< lm_layers)")
     n_tokens: int = param(32768, lo=8192, hi=2**21, help="training tokens collected per LM")
     expansion: int = param(8, lo=4, hi=64, help="SAE latents n: expansion x d_model")
@@ -320,8 +323,8 @@ class Results:
     """Everything the page shows: per-seed pair metrics by condition, examples, the sweep."""
 
     params: Params
-    lm_loss: list[float]
-    ce_base: list[dict[str, float]]
+    lm_loss: float
+    ce_base: dict[str, float]
     scales: dict[str, tuple[float, float]] = field(default_factory=dict)
     per_seed: list[dict[str, PairEval]] = field(default_factory=list)
     exact_err: list[float] = field(default_factory=list)
@@ -375,13 +378,22 @@ class PairJob:
     abs_j: np.ndarray | None = None
 
 
+def lm_job(params: Params) -> tuple[float, dict[str, Tensor]]:
+    """Worker job: train the run's LM from the base seed; returns its final loss and weights."""
+    runtime.limit_threads(1)
+    rng, _ = runtime.generators(params.seed)
+    lm = byte_gpt2(params.lm_layers, params.d_model, params.d_mlp, seed=params.seed, context=CONTEXT)
+    loss = train_byte_lm(lm.to(runtime.resolve_device(params.device)), split_tokens()[0], params.lm_steps, rng)
+    return loss, {k: v.cpu() for k, v in lm.state_dict().items()}
+
+
 def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] | None,
              keep_jac: bool = False, check_speed: bool = False) -> PairJob:
-    """Worker job: one SAE pair (coefficient ``lam``) on this seed's trained LM, or on a random LM if None."""
+    """Worker job: one SAE pair (coefficient ``lam``, SAE seed ``seed``) on the trained LM (None: a random LM)."""
     runtime.limit_threads(1)
     arch = (params.lm_layers, params.d_model, params.d_mlp)
-    lm_seed = seed if lm_state is not None else RANDOM_LM_SEED + seed
-    lm = byte_gpt2(*arch, seed=lm_seed, context=CONTEXT)
+    # The random LM of this seed; a trained LM's weights then overwrite it.
+    lm = byte_gpt2(*arch, seed=RANDOM_LM_SEED + seed, context=CONTEXT)
     if lm_state is not None:
         lm.load_state_dict(lm_state)
     lm = lm.to(runtime.resolve_device(params.device))
@@ -402,60 +414,55 @@ def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] 
                    jac.abs().cpu().numpy() if keep_jac else None)
 
 
-def seed_job(params: Params, seed: int, sweep: tuple[float, ...] = ()) -> tuple[float, list[PairJob]]:
-    """Worker job: train this seed's LM, then a traditional pair, a JSAE and any ``sweep`` pairs on it."""
-    runtime.limit_threads(1)
-    rng, _ = runtime.generators(seed)
-    lm = byte_gpt2(params.lm_layers, params.d_model, params.d_mlp, seed=seed, context=CONTEXT)
-    loss = train_byte_lm(lm.to(runtime.resolve_device(params.device)), split_tokens()[0], params.lm_steps, rng)
-    state = lm.state_dict()
-    jobs = [(0.0, True, False), (params.jac_coef, True, True)] + [(lam, False, False) for lam in sweep]
-    return loss, [pair_job(params, seed, lam, state, keep, speed) for lam, keep, speed in jobs]
+def _job(params: Params, kind: str, seed: int, lam: float, state: dict[str, Tensor] | None) -> object:
+    """A worker job: the LM (``kind='lm'``), or one pair with SAE seed ``seed`` on ``state`` (None: random LM)."""
+    if kind == "lm":
+        return lm_job(params)
+    first = seed == params.seed and state is not None
+    return pair_job(params, seed, lam, state, keep_jac=first and kind != "sweep",
+                    check_speed=kind == "jsae")
 
 
 def run(params: Params, workers: int | None = None) -> Results:
-    """Per seed: train an LM, then a traditional pair and a JSAE on it, and a JSAE on a random LM.
+    """Train one LM from the base seed, then per seed a traditional pair and a JSAE on it, and a JSAE on a random LM.
 
-    Every seed draws its own LM, so the spread over seeds includes the LM's training run. Seeds and
-    random-LM pairs run as jobs in worker processes (one torch thread each); the lambda sweep uses the
-    base seed's LM.
+    As in the paper, the claims are about SAEs trained on one given model: the seeds vary the SAEs
+    (initialisation, batches, training tokens) and the random LM, and the LM is drawn from the base
+    ``seed``, so another base seed means another LM. The random-LM pairs need no trained LM and run
+    in worker processes while the LM trains; then the trained-LM pairs run.
     """
     runtime.limit_threads(1)
     seeds = params.seed_list()
-    jobs: list[tuple] = [(params, "seed", s, params.sweep_coefs if i == 0 else ()) for i, s in enumerate(seeds)]
-    if params.run_random_baseline:
-        conds = [("jsae-random", params.jac_coef)] + [("sae-random", 0.0)] * params.random_traditional
-        jobs += [(params, name, s, lam) for name, lam in conds for s in seeds]
-    bar = tqdm(total=len(jobs), desc="jsae jobs", disable=None, leave=False)
-    out = runtime.parallel_map(_job, jobs, workers, bar.update)
+    conds = [("jsae-random", params.jac_coef)] + [("sae-random", 0.0)] * params.random_traditional
+    first = [(params, "lm", params.seed, 0.0, None)]
+    first += [(params, name, s, lam, None) for name, lam in conds if params.run_random_baseline for s in seeds]
+    bar = tqdm(total=len(first) + 2 * len(seeds) + len(params.sweep_coefs), desc="jsae jobs",
+               disable=None, leave=False)
+    out = runtime.parallel_map(_job, first, workers, bar.update)
+    loss, state = out[0]
+    second = [(params, name, s, lam, state) for s in seeds for name, lam in (("sae", 0.0), ("jsae", params.jac_coef))]
+    second += [(params, "sweep", params.seed, lam, state) for lam in params.sweep_coefs]
+    out2 = runtime.parallel_map(_job, second, workers, bar.update)
     bar.close()
-    res = Results(params, [], [])
-    for seed, (loss, (sae, js, *sweep)) in zip(seeds, out):
-        res.lm_loss.append(loss)
-        row = {"sae": sae.ev, "jsae": js.ev}
-        for job, r in zip(jobs[len(seeds):], out[len(seeds):]):
-            if job[2] == seed:
-                row[job[1]] = r.ev
-                res.scales[f"random-{seed}"] = r.scales
-        res.per_seed.append(row)
-        res.ce_base.append(sae.ce_base)
-        res.scales[f"trained-{seed}"] = js.scales
-        res.exact_err.append(js.exact_err)
-        res.speedup.append(js.speedup)
-        if seed == seeds[0]:
-            res.sweep = [(lam, r.ev) for lam, r in zip(params.sweep_coefs, sweep)]
-            pick = np.random.default_rng(seed)
-            tok = pick.choice(len(sae.abs_j), 4, replace=False)
-            perm_r, perm_c = pick.permutation(params.k), pick.permutation(params.k)
-            for name, job in (("sae", sae), ("jsae", js)):
-                res.abs_j[name] = job.abs_j.flatten()[:200_000]
-                res.examples[name] = job.abs_j[tok][:, perm_r][:, :, perm_c]
+    res = Results(params, loss, out2[0].ce_base)
+    by_job = {(job[1], job[2]): r for job, r in zip(first[1:] + second, out[1:] + out2)}
+    for seed in seeds:
+        res.per_seed.append({name: by_job[(name, seed)].ev
+                             for name in ("sae", "jsae", *(c for c, _ in conds)) if (name, seed) in by_job})
+        res.scales[f"trained-{seed}"] = by_job[("jsae", seed)].scales
+        if ("jsae-random", seed) in by_job:
+            res.scales[f"random-{seed}"] = by_job[("jsae-random", seed)].scales
+        res.exact_err.append(by_job[("jsae", seed)].exact_err)
+        res.speedup.append(by_job[("jsae", seed)].speedup)
+    res.sweep = [(lam, r.ev) for lam, r in zip(params.sweep_coefs, out2[2 * len(seeds):])]
+    sae, js = by_job[("sae", params.seed)], by_job[("jsae", params.seed)]
+    pick = np.random.default_rng(params.seed)
+    tok = pick.choice(len(sae.abs_j), 4, replace=False)
+    perm_r, perm_c = pick.permutation(params.k), pick.permutation(params.k)
+    for name, job in (("sae", sae), ("jsae", js)):
+        res.abs_j[name] = job.abs_j.flatten()[:200_000]
+        res.examples[name] = job.abs_j[tok][:, perm_r][:, :, perm_c]
     return res
-
-
-def _job(params: Params, kind: str, seed: int, arg: object) -> object:
-    """A worker job: a whole seed (``kind='seed'``, ``arg``: sweep lambdas) or a pair on a random LM."""
-    return seed_job(params, seed, arg) if kind == "seed" else pair_job(params, seed, arg, None)
 
 
 # --- claims, metrics, tables -------------------------------------------------------------------
@@ -518,8 +525,8 @@ def summary(results: Results) -> pd.DataFrame:
 
 def metrics(results: Results) -> dict[str, float]:
     """Small JSON-able summary: seed means of the headline quantities."""
-    out: dict[str, float] = {"lm_loss": float(np.mean(results.lm_loss)),
-                             "ce_clean": float(np.mean([b["clean"] for b in results.ce_base]))}
+    out: dict[str, float] = {"lm_loss": results.lm_loss, "ce_clean": results.ce_base["clean"],
+                             "ce_zero_out": results.ce_base["zero_out"]}
     for cond in results.per_seed[0]:
         for attr in ("frac01", "l1l2", "fvu_in", "fvu_out", "ce", "train_s"):
             vals = [v for v in _per(results, cond, attr) if np.isfinite(v)]
