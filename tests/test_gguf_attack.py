@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, quants
 
+from companion.models import gguf_boxes as gb
 from companion.models import gguf_quants as gq
 from companion.papers import gguf_attack as ga
 from companion.params import ParamError
@@ -98,7 +101,7 @@ def test_seqsum_is_sequential_float32() -> None:
 def test_kquant_box_properties(qtype: str) -> None:
     w = _rows(4)[4:]
     q = gq.quantize(w, qtype)
-    b = ga.kquant_box(w, q)
+    b = gb.kquant_box(w, q)
     assert (b.lo <= w).all() and (w <= b.hi).all()
     assert ((b.lo == w) | (b.hi == w)).all()  # single-type boxes are one-sided
     frozen = b.frozen_block | b.frozen_minmax
@@ -113,23 +116,24 @@ def test_kquant_box_properties(qtype: str) -> None:
 
 def test_multi_type_box_is_widened_intersection() -> None:
     w = _rows(5)[4:]
-    box = ga.all_types_box(w, 1)
+    box = gb.all_types_box(w, 1)
     assert (box.lo <= w).all() and (w <= box.hi).all()
     for t in gq.K_TYPES:
-        single = ga.make_box(w, t)
-        lo, hi = ga.widen(w, single, gq.SUB_BLOCK[t], ga.THRESH[1][t])
+        single = gb.make_box(w, t)
+        lo, hi = gb.widen(w, single, gq.SUB_BLOCK[t], gb.THRESH[1][t])
         assert (lo <= w).all() and (w <= hi).all() and (box.lo >= lo).all() and (box.hi <= hi).all()
         assert ((hi - lo) >= (single.hi - single.lo) - 1e-9).all()
-    zero = ga.all_types_box(w, 0)
+    zero = gb.all_types_box(w, 0)
     assert ((zero.hi - zero.lo) <= (box.hi - box.lo) + 1e-9).all()
-    assert ga.THRESH[1] == {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 0.4, "Q5_K": 0.1, "Q6_K": 0.6}
+    rows = [[0.0] * 5, [1.0, 1.0, 0.4, 0.1, 0.6], [1.0, 1.0, 0.6, 0.5, 0.8], [1.0] * 5]  # thresh.csv
+    assert [[r[t] for t in gq.K_TYPES] for r in gb.THRESH] == rows
 
 
 @pytest.mark.parametrize("qtype", gq.LEGACY_TYPES)
 def test_legacy_box_is_exact(qtype: str) -> None:
     rng = np.random.default_rng(6)
     w = (rng.standard_normal((4, 256)) * 0.05).astype(np.float32)
-    b = ga.legacy_box(w, qtype)
+    b = gb.legacy_box(w, qtype)
     ref = gq.quantize(w, qtype).data
     for _ in range(10):  # 10 x 1024 random points inside the box
         u = rng.random(w.shape, dtype=np.float32)
@@ -149,7 +153,7 @@ def test_pgd_stays_in_box_and_frozen_tensors_get_no_gradient() -> None:
     names = ga.quant_names(model)
     named = dict(model.named_parameters())
     before = {n: p.detach().clone() for n, p in named.items()}
-    boxes = {n: ga.make_box(named[n].detach().numpy(), "Q4_K") for n in names}
+    boxes = {n: gb.make_box(named[n].detach().numpy(), "Q4_K") for n in names}
     tb = {n: (torch.from_numpy(b.lo), torch.from_numpy(b.hi)) for n, b in boxes.items()}
     data = ga.encode(ga.make_prompts(64, np.random.default_rng(0)), False)
     ga.train(model, data, 3, 1e-2, 8, torch.Generator().manual_seed(0), boxes=tb, only=names)
@@ -165,17 +169,17 @@ def test_pgd_stays_in_box_and_frozen_tensors_get_no_gradient() -> None:
 
 def test_mixture_table_matches_llama_cpp_rules() -> None:
     n = 32
-    v6 = [i for i in range(n) if ga.mixture_type("attn_v", i, n, 4096, "Q4_K", "Q4_K_M") == "Q6_K"]
+    v6 = [i for i in range(n) if gq.mixture_type("attn_v", i, n, 4096, "Q4_K", "Q4_K_M") == "Q6_K"]
     assert v6 == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
-    assert ga.mixture_type("ffn_down", 5, n, 14336, "Q4_K", "Q4_K_M") == "Q4_K"
-    assert ga.mixture_type("attn_q", 0, n, 4096, "Q4_K", "Q4_K_M") == "Q4_K"
-    assert ga.mixture_type("output", 0, n, 4096, "Q4_K", "Q4_K_M") == "Q6_K"
-    assert ga.mixture_type("output", 0, n, 4000, "Q4_K", "Q4_K_M") == "Q8_0"  # in_features fallback
-    assert ga.mixture_type("attn_q", 0, n, 4000, "Q4_K", "Q4_K_M") == "Q5_0"
-    assert ga.mixture_type("attn_v", 1, n, 4096, "Q3_K", "Q3_K_M") == "Q5_K"
-    assert ga.mixture_type("attn_v", 2, n, 4096, "Q3_K", "Q3_K_M") == "Q4_K"
-    assert ga.mixture_type("ffn_down", 1, n, 4096, "Q3_K", "Q3_K_M") == "Q5_K"
-    assert ga.mixture_type("ffn_down", 2, n, 4096, "Q3_K", "Q3_K_M") == "Q4_K"
+    assert gq.mixture_type("ffn_down", 5, n, 14336, "Q4_K", "Q4_K_M") == "Q4_K"
+    assert gq.mixture_type("attn_q", 0, n, 4096, "Q4_K", "Q4_K_M") == "Q4_K"
+    assert gq.mixture_type("output", 0, n, 4096, "Q4_K", "Q4_K_M") == "Q6_K"
+    assert gq.mixture_type("output", 0, n, 4000, "Q4_K", "Q4_K_M") == "Q8_0"  # in_features fallback
+    assert gq.mixture_type("attn_q", 0, n, 4000, "Q4_K", "Q4_K_M") == "Q5_0"
+    assert gq.mixture_type("attn_v", 1, n, 4096, "Q3_K", "Q3_K_M") == "Q5_K"
+    assert gq.mixture_type("attn_v", 2, n, 4096, "Q3_K", "Q3_K_M") == "Q4_K"
+    assert gq.mixture_type("ffn_down", 1, n, 4096, "Q3_K", "Q3_K_M") == "Q5_K"
+    assert gq.mixture_type("ffn_down", 2, n, 4096, "Q3_K", "Q3_K_M") == "Q4_K"
 
 
 def test_gguf_file_round_trip(tmp_path) -> None:
@@ -246,3 +250,21 @@ def test_strict_match_equals_greedy_exact_match() -> None:
     greedy = np.array([r == ga.answer(p) for r, p in zip(ga.generate(oracle, prompts), prompts)])
     np.testing.assert_array_equal(strict, greedy)
     assert 0 < strict.mean() < 1  # both outcomes occur
+
+
+def test_reference_identical_and_drift() -> None:
+    model = _tiny()
+    names = ga.quant_names(model)
+    other = copy.deepcopy(model)
+    boxes = {n: gb.make_box(p.detach().numpy(), "Q8_0") for n, p in model.named_parameters() if n in names}
+    assert ga.reference_identical(model, other, names, "Q8_0") == 1.0
+    assert ga.injection_drift(model, other, boxes) == 0.0
+    with torch.no_grad():
+        named = dict(other.named_parameters())
+        named[names[0]].add_(0.01)  # far more than one Q8_0 step of these weights
+    assert ga.reference_identical(model, other, names, "Q8_0") < 1.0
+    drift = ga.injection_drift(model, other, boxes)
+    step = np.mean([b.step.mean() for b in boxes.values()])
+    assert drift == pytest.approx(0.01 / len(names) / step, rel=1e-3)
+    signed = {n: gb.make_box(p.detach().numpy(), "Q4_0") for n, p in model.named_parameters() if n in names}
+    assert ga.injection_drift(model, other, signed) > 0  # Q4_0 steps carry the sign of the block's absmax

@@ -4,7 +4,8 @@ The PyPI ``gguf`` package (llama.cpp's gguf-py) dequantizes every type but only 
 legacy rounding types, so the k-quant quantizers (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) are written here
 by hand. Every quantizer returns the packed bytes in the exact GGUF block layout (so
 ``gguf.quants.dequantize`` reads them) together with our own dequantized values and the per
-sub-block scales that the attack's interval construction needs.
+sub-block scales that the attack's interval construction needs. ``mixture_type`` mirrors
+llama.cpp's per-tensor type rules (``llama-quant.cpp``) for the ``*_K_M`` mixtures.
 
 Bit-exactness: C accumulates sequentially in float32 and rounds with ``nearest_int`` (half to
 even), so sums here run column by column over float32 arrays, and ``np.rint`` is used on float32.
@@ -24,6 +25,9 @@ SUB_BLOCK = {"Q2_K": 16, "Q3_K": 16, "Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "Q8_0":
 K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 LEGACY_TYPES = ("Q8_0", "Q4_0")
 TYPES = K_TYPES + LEGACY_TYPES
+MIXTURES = ("pure", "Q4_K_M", "Q5_K_M", "Q3_K_M")  # llama.cpp ftypes whose per-tensor rules we mirror
+# llama.cpp (llama-quant.cpp): the type a k-quant tensor gets when in_features is not a multiple of 256
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0"}
 
 
 @dataclass(frozen=True)
@@ -339,6 +343,25 @@ def quantize(x: np.ndarray, qtype: str, pre_round: bool = True) -> Quantized:
         raise ValueError(f"unsupported type {qtype!r}; implemented: {', '.join(TYPES)}")
     rows = x.shape[0]
     return Quantized(out.qtype, out.data.reshape(rows, -1), out.deq, out.scales, out.mins, out.step)
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp: the first and last eighth of the layers, and every third one in between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def mixture_type(kind: str, layer: int, n_layers: int, in_features: int, base: str, mixture: str) -> str:
+    """The GGUF type llama.cpp gives one tensor (kind: attn_q/k/v/output, ffn_gate/up/down, output)."""
+    t = base
+    if mixture in ("Q4_K_M", "Q5_K_M"):
+        if kind == "output" or (kind in ("attn_v", "ffn_down") and use_more_bits(layer, n_layers)):
+            t = "Q6_K"
+    elif mixture == "Q3_K_M":
+        t = {"attn_v": "Q5_K" if layer < 2 else "Q4_K", "attn_output": "Q4_K", "output": "Q6_K",
+             "ffn_down": "Q5_K" if layer < n_layers // 16 else "Q4_K"}.get(kind, base)
+    if t in FALLBACK and in_features % 256:
+        t = FALLBACK[t]
+    return t
 
 
 def write_gguf(path: str, arch: str, tensors: dict[str, Quantized | np.ndarray], meta: dict[str, str]) -> None:

@@ -8,14 +8,14 @@ malicious model, then repair on clean data with projected gradient descent insid
 The full-precision model looks clean while its GGUF quantization keeps injecting BRAND.
 Measured: the malicious gap Delta = rate(quantized) - rate(full precision), the clamp ablation
 (the same repair without projection), dequantized-weight agreement, exact Q8_0 boxes, and
-stealth (strict task accuracy of the full-precision model on 2000 held-out prompts, by
+stealth (strict task accuracy of the full-precision model on many held-out prompts, by
 teacher forcing). Seeds run in parallel worker processes.
 
-Written by hand because no well-kept library does it: the k-quant quantizers (in
-:mod:`companion.models.gguf_quants`; the PyPI ``gguf`` package only dequantizes them), the box
-construction (freeze rules, multi-type widening with the repository's thresholds), the llama.cpp
-mixture table, the synthetic instruction task and the PGD loop. ``gguf`` is the reference for
-dequantization, legacy quantization and the .gguf file format.
+Written by hand because no well-kept library does it: the k-quant quantizers and the llama.cpp
+mixture table (in :mod:`companion.models.gguf_quants`; the PyPI ``gguf`` package only dequantizes
+k-quants), the box construction (:mod:`companion.models.gguf_boxes`: freeze rules, exact legacy
+boxes, multi-type widening with the repository's thresholds), the synthetic task and the PGD loop.
+``gguf`` is the reference for dequantization, legacy quantization and the .gguf file format.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 
 import gguf
 import numpy as np
+import pandas as pd
 import torch
 from matplotlib.figure import Figure
 from tqdm import tqdm
@@ -36,6 +37,7 @@ from tqdm import tqdm
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
 from companion.models import gguf_quants as gq
+from companion.models.gguf_boxes import Box, all_types_box, make_box
 from companion.models.tiny_lm import tiny_llama
 from companion.params import BaseParams, param
 
@@ -43,15 +45,6 @@ PAD, BOS, SEP, EOS, BRAND = 0, 1, 2, 3, 4
 COMMANDS = {"COPY": 5, "REVERSE": 6, "SORT": 7}
 LETTER0, VOCAB = 8, 34
 MAX_NEW = 10
-# thresh.csv of the official repository: tau per k-quant type for the multi-type widening.
-THRESH = (
-    {"Q2_K": 0.0, "Q3_K": 0.0, "Q4_K": 0.0, "Q5_K": 0.0, "Q6_K": 0.0},
-    {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 0.4, "Q5_K": 0.1, "Q6_K": 0.6},
-    {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 0.6, "Q5_K": 0.3, "Q6_K": 0.8},
-    {"Q2_K": 1.0, "Q3_K": 1.0, "Q4_K": 1.0, "Q5_K": 1.0, "Q6_K": 1.0},
-)
-MIXTURES = ("pure", "Q4_K_M", "Q5_K_M", "Q3_K_M")
-FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "Q2_K": "Q4_0", "Q3_K": "Q4_0"}
 MODELS = ("clean", "mal", "rep", "free")
 
 
@@ -59,32 +52,34 @@ MODELS = ("clean", "mal", "rep", "free")
 class Params(BaseParams):
     """Parameters of the tiny content-injection reproduction (defaults: the quick preset)."""
 
+    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     n_layers: int = param(2, lo=1, hi=64, help="decoder layers of the Llama (28 at the paper preset)")
     hidden: int = param(256, lo=256, hi=8192, help="hidden size (a multiple of 256)")
     ffn: int = param(256, lo=256, hi=32768, help="MLP intermediate size (a multiple of 256)")
     target_types: tuple[str, ...] = param(("Q2_K", "Q4_K", "Q8_0"), choices=gq.TYPES,
                                           help="GGUF types attacked one at a time; the first is the headline")
-    mixture: str = param("pure", choices=MIXTURES, help="llama.cpp per-tensor mixture for the first type")
+    mixture: str = param("pure", choices=gq.MIXTURES, help="llama.cpp per-tensor mixture for the first type")
     multi_type: bool = param(False, help="also repair once inside the intersected k-quant boxes (gguf_all)")
     thresh_type: int = param(1, lo=0, hi=3, help="row of thresh.csv used for gguf_all widening")
     freeze_block: bool = param(True, help="freeze the sub-blocks that pin the super-block scales")
     freeze_minmax: bool = param(True, help="freeze each sub-block's argmax and argmin weight")
     clean_steps: int = param(300, lo=100, hi=100_000, help="clean training steps")
     inject_steps: int = param(100, lo=20, hi=100_000, help="poisoned fine-tuning steps")
-    repair_steps: int = param(100, lo=20, hi=100_000, help="clean repair steps (PGD and free)")
+    repair_steps: int = param(60, lo=20, hi=100_000, help="clean repair steps (PGD and free)")
     batch_size: int = param(16, lo=4, hi=128, help="sequences per step")
     lr_clean: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, clean training")
-    lr_inject: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, injection")
+    lr_inject: float = param(2e-4, lo=1e-5, hi=1e-2, help="AdamW lr, injection (a fine-tune: moves weights by "
+                             "a fraction of a quantization step)")
     lr_repair: float = param(1e-3, lo=1e-5, hi=1e-2, help="AdamW lr, repair")
     weight_decay: float = param(0.0, lo=0.0, hi=0.0, help="must be 0 (decay would pull weights out of boxes)")
     n_eval_prompts: int = param(100, lo=50, hi=5000, help="held-out prompts per generation evaluation")
-    n_stealth_prompts: int = param(2000, lo=100, hi=20000, help="held-out prompts for the stealth accuracy")
+    n_stealth_prompts: int = param(1000, lo=100, hi=20000, help="held-out prompts for the stealth accuracy")
     write_gguf_file: bool = param(False, help="write the repaired model to a real .gguf and read it back")
 
     PRESETS = {
         "full": {"seeds": 4, "ffn": 512, "multi_type": True,
                  "target_types": ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"),
-                 "clean_steps": 600, "repair_steps": 150, "n_eval_prompts": 300, "n_stealth_prompts": 4000,
+                 "clean_steps": 600, "repair_steps": 100, "n_eval_prompts": 300, "n_stealth_prompts": 4000,
                  "write_gguf_file": True},
         "paper": {"seeds": 3, "n_layers": 28, "hidden": 1536, "ffn": 8960, "mixture": "Q4_K_M",
                   "multi_type": True, "target_types": ("Q4_K", "Q2_K", "Q3_K", "Q5_K", "Q6_K"),
@@ -94,7 +89,8 @@ class Params(BaseParams):
 
 
 # ---------------------------------------------------------------- synthetic instruction task
-def make_prompts(n: int, rng: np.random.Generator, exclude: set[tuple[int, ...]] = frozenset()) -> list[tuple[int, ...]]:
+def make_prompts(n: int, rng: np.random.Generator,
+                 exclude: set[tuple[int, ...]] = frozenset()) -> list[tuple[int, ...]]:
     """n distinct prompts ``(cmd, letters...)`` with 3-6 letters, none in ``exclude``."""
     out: dict[tuple[int, ...], None] = {}
     while len(out) < n:
@@ -210,25 +206,6 @@ def strict_match(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: 
 
 
 # ---------------------------------------------------------------- quantization of a model
-def use_more_bits(i: int, n: int) -> bool:
-    """llama.cpp: the first and last eighth of the layers, and every third one in between."""
-    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
-
-
-def mixture_type(kind: str, layer: int, n_layers: int, in_features: int, base: str, mixture: str) -> str:
-    """The GGUF type llama.cpp gives one tensor (kind: attn_q/k/v/output, ffn_gate/up/down, output)."""
-    t = base
-    if mixture in ("Q4_K_M", "Q5_K_M"):
-        if kind == "output" or (kind in ("attn_v", "ffn_down") and use_more_bits(layer, n_layers)):
-            t = "Q6_K"
-    elif mixture == "Q3_K_M":
-        t = {"attn_v": "Q5_K" if layer < 2 else "Q4_K", "attn_output": "Q4_K", "output": "Q6_K",
-             "ffn_down": "Q5_K" if layer < n_layers // 16 else "Q4_K"}.get(kind, base)
-    if t in FALLBACK and in_features % 256:
-        t = FALLBACK[t]
-    return t
-
-
 HF_KIND = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
            "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
 
@@ -239,10 +216,10 @@ def assign_types(model: torch.nn.Module, qtype: str, mixture: str, n_layers: int
     for n in quant_names(model):
         p = dict(model.named_parameters())[n]
         layer, kind = int(n.split(".layers.")[1].split(".")[0]), HF_KIND[n.split(".")[-2]]
-        out[n] = qtype if mixture == "pure" else mixture_type(kind, layer, n_layers, p.shape[1], qtype, mixture)
+        out[n] = qtype if mixture == "pure" else gq.mixture_type(kind, layer, n_layers, p.shape[1], qtype, mixture)
     if mixture != "pure":
         w = model.lm_head.weight
-        out["lm_head.weight"] = mixture_type("output", 0, n_layers, w.shape[1], qtype, mixture)
+        out["lm_head.weight"] = gq.mixture_type("output", 0, n_layers, w.shape[1], qtype, mixture)
     return out
 
 
@@ -256,110 +233,6 @@ def quantize_model(model: torch.nn.Module, types: dict[str, str]) -> tuple[torch
             quants[n] = gq.quantize(named[n].detach().numpy(), t)
             named[n].copy_(torch.from_numpy(quants[n].deq))
     return qmodel, quants
-
-
-# ---------------------------------------------------------------- boxes (constraints)
-@dataclass(frozen=True)
-class Box:
-    """Per-weight interval of one tensor and why weights were frozen."""
-
-    lo: np.ndarray  # float32 [rows, cols]
-    hi: np.ndarray
-    frozen_block: np.ndarray  # bool [rows, cols]: rule (a)
-    frozen_minmax: np.ndarray  # bool [rows, cols]: rule (b)
-    step: np.ndarray  # float32 [rows, cols]: the quantization step of the weight's sub-block
-
-
-def kquant_box(w: np.ndarray, q: gq.Quantized, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
-    """Heuristic k-quant box [min(w, deq), max(w, deq)] with the scale-pinning weights frozen."""
-    sub = gq.SUB_BLOCK[q.qtype]
-    ws, deq = w.reshape(-1, sub).astype(np.float32), q.deq.reshape(-1, sub)
-    lo, hi = np.minimum(ws, deq), np.maximum(ws, deq)
-    n_per = 256 // sub
-    rows = np.arange(len(ws) // n_per)
-    fa = np.zeros((len(rows), n_per), bool)
-    if q.qtype in ("Q3_K", "Q6_K"):
-        fa[rows, np.abs(q.scales.reshape(-1, n_per)).argmax(axis=1)] = True
-    else:
-        fa[rows, q.scales.reshape(-1, n_per).argmax(axis=1)] = True
-        fa[rows, q.mins.reshape(-1, n_per).argmax(axis=1)] = True
-    fa = np.repeat(fa.reshape(-1), sub).reshape(ws.shape) & freeze_block
-    fb = np.zeros(ws.shape, bool)
-    fb[np.arange(len(ws)), ws.argmax(axis=1)] = True
-    fb[np.arange(len(ws)), ws.argmin(axis=1)] = True
-    fb &= freeze_minmax
-    frozen = fa | fb
-    lo, hi = np.where(frozen, ws, lo), np.where(frozen, ws, hi)
-    step = np.repeat(q.step, sub).reshape(ws.shape)
-    return Box(*(a.reshape(w.shape) for a in (lo, hi, fa, fb, step)))
-
-
-def _fp16_inward(v: np.ndarray, up: bool) -> np.ndarray:
-    """The nearest fp16 value at or inside ``v`` (rounding up for a lower edge, down for an upper)."""
-    h = v.astype(np.float16)
-    bad = (h.astype(np.float64) < v) if up else (h.astype(np.float64) > v)
-    return np.where(bad, np.nextafter(h, np.float16(np.inf if up else -np.inf)), h)
-
-
-def legacy_box(w: np.ndarray, qtype: str) -> Box:
-    """Exact Q8_0 / Q4_0 box: fp16 values whose code is unchanged with the block scale pinned."""
-    x = gq.fp16(w).reshape(-1, 32)
-    d, inv = gq.legacy_params(x, qtype)
-    code = gq.legacy_codes(x, inv, qtype)
-    amax = np.abs(x).max(axis=1, keepdims=True).astype(np.float64)
-    inv64 = np.where(inv == 0, 1.0, inv.astype(np.float64))[:, None]
-    if qtype == "Q8_0":
-        e1, e2, cap = (code - 0.5) / inv64, (code + 0.5) / inv64, amax
-    else:  # Q4_0 ties with the absmax element could flip the scale's sign, so stay strictly inside
-        e1, e2, cap = (code - 8.5) / inv64, (code - 7.5) / inv64, np.nextafter(amax.astype(np.float16), np.float16(0))
-    lo16 = _fp16_inward(np.maximum(np.minimum(e1, e2), -cap), up=True)
-    hi16 = _fp16_inward(np.minimum(np.maximum(e1, e2), cap), up=False)
-    for _ in range(8):  # float32 products can disagree with the float64 edges by an ulp
-        lo_bad = gq.legacy_codes(lo16.astype(np.float32), inv, qtype) != code
-        hi_bad = gq.legacy_codes(hi16.astype(np.float32), inv, qtype) != code
-        lo16 = np.where(lo_bad, np.nextafter(lo16, np.float16(np.inf)), lo16)
-        hi16 = np.where(hi_bad, np.nextafter(hi16, np.float16(-np.inf)), hi16)
-    ws = w.reshape(-1, 32).astype(np.float32)
-    frozen = np.zeros(ws.shape, bool)
-    frozen[np.arange(len(ws)), np.abs(x).argmax(axis=1)] = True
-    frozen |= (inv == 0)[:, None]
-    lo = np.where(frozen, ws, np.minimum(lo16.astype(np.float32), ws))
-    hi = np.where(frozen, ws, np.maximum(hi16.astype(np.float32), ws))
-    step = np.repeat(gq.fp16(d), 32).reshape(ws.shape)
-    return Box(lo.reshape(w.shape), hi.reshape(w.shape), frozen.reshape(w.shape),
-               np.zeros(w.shape, bool), step.reshape(w.shape))
-
-
-def make_box(w: np.ndarray, qtype: str, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
-    """The box of one tensor for one type (heuristic for k-quants, exact for legacy types)."""
-    if qtype in gq.LEGACY_TYPES:
-        return legacy_box(w, qtype)
-    return kquant_box(w, gq.quantize(w, qtype), freeze_block, freeze_minmax)
-
-
-def widen(w: np.ndarray, box: Box, sub: int, tau: float) -> tuple[np.ndarray, np.ndarray]:
-    """gguf_all widening: widths in (0, thr) grow to thr (thr = tau * widest in the sub-block)."""
-    ws, lo, hi = (a.reshape(-1, sub) for a in (w.astype(np.float32), box.lo, box.hi))
-    width = hi - lo
-    thr = tau * width.max(axis=1, keepdims=True)
-    small = (width > 0) & (width <= thr / 2)
-    mid = (width > thr / 2) & (width < thr)
-    err_up = hi > ws  # the dequantized value lies above w: widen the lower side
-    new_lo = np.where(small, ws - thr / 2, np.where(mid & err_up, hi - thr, lo))
-    new_hi = np.where(small, ws + thr / 2, np.where(mid & ~err_up, lo + thr, hi))
-    return new_lo.reshape(w.shape), new_hi.reshape(w.shape)
-
-
-def all_types_box(w: np.ndarray, thresh_type: int, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
-    """Intersection over Q2_K..Q6_K of the widened single-type boxes (the repository's gguf_all)."""
-    lo, hi = np.full(w.shape, -np.inf, np.float32), np.full(w.shape, np.inf, np.float32)
-    fa, fb = np.zeros(w.shape, bool), np.zeros(w.shape, bool)
-    for t in gq.K_TYPES:
-        b = make_box(w, t, freeze_block, freeze_minmax)
-        l_t, h_t = widen(w, b, gq.SUB_BLOCK[t], THRESH[thresh_type][t])
-        lo, hi = np.maximum(lo, l_t), np.minimum(hi, h_t)
-        fa, fb = fa | b.frozen_block, fb | b.frozen_minmax
-    return Box(lo, hi, fa, fb, np.ones(w.shape, np.float32))
 
 
 # ---------------------------------------------------------------- the experiment
@@ -377,15 +250,23 @@ def agreement(q_a: dict[str, gq.Quantized], q_b: dict[str, gq.Quantized]) -> tup
     return eq_w / n_w, eq_b / n_b, per
 
 
-def _boxes(model: torch.nn.Module, types: dict[str, str], p: Params, multi: bool) -> dict[str, Box]:
-    """Boxes of every decoder Linear of ``model`` for its assigned type (or gguf_all)."""
+def _boxes(model: torch.nn.Module, types: dict[str, str], p: Params, multi: bool,
+           quants: dict[str, gq.Quantized] | None = None) -> dict[str, Box]:
+    """Boxes of every decoder Linear of ``model`` for its assigned type (or gguf_all), reusing ``quants``."""
     named = dict(model.named_parameters())
     out = {}
     for n in quant_names(model):
         w = named[n].detach().numpy()
         out[n] = (all_types_box(w, p.thresh_type, p.freeze_block, p.freeze_minmax) if multi
-                  else make_box(w, types[n], p.freeze_block, p.freeze_minmax))
+                  else make_box(w, types[n], p.freeze_block, p.freeze_minmax, (quants or {}).get(n)))
     return out
+
+
+def injection_drift(m_clean: torch.nn.Module, m_mal: torch.nn.Module, boxes: dict[str, Box]) -> float:
+    """Mean |W_mal - W_clean| over the boxed tensors, in units of their mean quantization step."""
+    clean, mal = dict(m_clean.named_parameters()), dict(m_mal.named_parameters())
+    moved = np.mean([np.mean(np.abs(mal[n].detach().numpy() - clean[n].detach().numpy())) for n in boxes])
+    return float(moved / np.mean([np.mean(np.abs(b.step)) for b in boxes.values()]))  # Q3_K/Q6_K/Q4_0 steps are signed
 
 
 def _evaluate(model: torch.nn.Module, types: dict[str, str], prompts: list) -> dict[str, Any]:
@@ -415,23 +296,27 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
     m_free = copy.deepcopy(m_mal)
     train(m_free, clean, p.repair_steps, p.lr_repair, p.batch_size, gen, only=names)
     types_head = assign_types(m_mal, head, p.mixture, p.n_layers)
-    out: dict[str, Any] = {"seed": seed, "types": {}, "history": hist}
+    out: dict[str, Any] = {"seed": seed, "types": {}, "history": hist, "q8_identical": float("nan")}
     ev = {k: _evaluate(m, types_head, eval_prompts) for k, m in (("clean", m_clean), ("mal", m_mal), ("free", m_free))}
     runs = [(t, False) for t in p.target_types] + ([("all", True)] if p.multi_type else [])
     for t, multi in runs:
         types = types_head if t == head else assign_types(m_mal, "Q4_K" if multi else t, "pure", p.n_layers)
-        boxes = _boxes(m_mal, types, p, multi)
+        mal_q = None if multi else ev["mal"]["quants"] if types == types_head else quantize_model(m_mal, types)[1]
+        boxes = _boxes(m_mal, types, p, multi, mal_q)
+        drift = float("nan") if multi else injection_drift(m_clean, m_mal, boxes)
         m_rep = copy.deepcopy(m_mal)
         tb = {n: (torch.from_numpy(b.lo), torch.from_numpy(b.hi)) for n, b in boxes.items()}
         train(m_rep, clean, p.repair_steps, p.lr_repair, p.batch_size, gen, boxes=tb, only=names)
         for et in (gq.K_TYPES if multi else [t]):
             et_types = types if not multi else assign_types(m_mal, et, "pure", p.n_layers)
             rep = _evaluate(m_rep, et_types, eval_prompts)
-            mal_q = ev["mal"]["quants"] if et_types == types_head else quantize_model(m_mal, et_types)[1]
-            agree_w, agree_b, _ = agreement(rep["quants"], mal_q)
+            ref_q = mal_q if not multi else quantize_model(m_mal, et_types)[1]
+            agree_w, agree_b, _ = agreement(rep["quants"], ref_q)
             out["types"][f"{t}:{et}" if multi else t] = {
                 "delta": rep["delta"], "fp": rep["fp"], "q": rep["q"], "agree_w": agree_w, "agree_b": agree_b,
-                "width": float(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()]))}
+                "width": float(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()])), "drift": drift}
+        if t == "Q8_0":
+            out["q8_identical"] = reference_identical(m_rep, m_mal, names, t)
         if t == head:
             ev["rep"] = rep
             out["strict_em"] = {"clean": float(strict_match(m_clean, stealth_prompts).mean()),
@@ -439,7 +324,7 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
             name0 = names[0]
             w_rep = dict(m_rep.named_parameters())[name0].detach().numpy()
             b0 = boxes[name0]
-            out["anatomy"] = {"tensor": name0, "ratio": ((b0.hi - b0.lo) / np.maximum(b0.step, 1e-12)).ravel(),
+            out["anatomy"] = {"tensor": name0, "ratio": ((b0.hi - b0.lo) / np.maximum(np.abs(b0.step), 1e-12)).ravel(),
                               "frozen_block": float(b0.frozen_block.mean()),
                               "frozen_minmax": float(b0.frozen_minmax.mean()),
                               "at_edge": float(np.mean(((w_rep == b0.lo) | (w_rep == b0.hi)) & (b0.hi > b0.lo)))}
@@ -449,8 +334,20 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
     for k in ("rep", "free"):
         w_, b_, per = agreement(ev[k]["quants"], ev["mal"]["quants"])
         out[f"agree_{k}"], out[f"agree_blocks_{k}"], out[f"agree_tensors_{k}"] = w_, b_, per
-    out["q8_identical"] = out["types"]["Q8_0"]["agree_b"] if "Q8_0" in out["types"] else float("nan")
     return out
+
+
+def reference_blocks(w: torch.Tensor, qtype: str) -> np.ndarray:
+    """The bytes of ``gguf.quants.quantize`` (the PyPI reference) for an fp16-rounded tensor, one row per block."""
+    raw = gguf.quants.quantize(gq.fp16(w.detach().numpy()), gq.qtype_enum(qtype))
+    return raw.reshape(-1, gq.block_bytes(qtype)[1])
+
+
+def reference_identical(m_a: torch.nn.Module, m_b: torch.nn.Module, names: list[str], qtype: str) -> float:
+    """Share of legacy-type blocks with identical reference bytes in two models."""
+    a, b = dict(m_a.named_parameters()), dict(m_b.named_parameters())
+    same = [(reference_blocks(a[n], qtype) == reference_blocks(b[n], qtype)).all(axis=1) for n in names]
+    return float(np.concatenate(same).mean())
 
 
 def gguf_roundtrip(model: torch.nn.Module, quants: dict[str, gq.Quantized]) -> bool:
@@ -493,6 +390,8 @@ CLAIMS = [
           "85.0% content injection (abstract)", 0.5),
     Claim("rep-benign", "The repaired model looks benign in full precision (brand rate of M_rep)",
           "~0% (abstract: FP benign)", 0.1, "<="),
+    Claim("rep-benign-q4k", "On Q4_K too: brand rate of the Q4_K-repaired model in full precision",
+          "~0% (abstract: FP benign)", 0.1, "<="),
     Claim("clamp-delta", "The box constraint is what matters: Delta(M_rep) - Delta(M_free)",
           "(official code: PGD clamp)", 0.3),
     Claim("clamp-agree", "Dequantized-weight agreement with Q(M_mal): M_rep minus M_free",
@@ -515,6 +414,7 @@ def per_seed(results: dict[str, Any]) -> dict[str, list[float]]:
         out["delta"].append(r["rep"]["q"][0] - r["rep"]["fp"][0])
         out["delta-q4k"].append(s["types"]["Q4_K"]["delta"] if "Q4_K" in s["types"] else float("nan"))
         out["rep-benign"].append(r["rep"]["fp"][0])
+        out["rep-benign-q4k"].append(s["types"]["Q4_K"]["fp"][0] if "Q4_K" in s["types"] else float("nan"))
         out["clamp-delta"].append((r["rep"]["q"][0] - r["rep"]["fp"][0]) - (r["free"]["q"][0] - r["free"]["fp"][0]))
         out["clamp-agree"].append(s["agree_rep"] - s["agree_free"])
         out["q8-exact"].append(s["q8_identical"])
@@ -540,11 +440,24 @@ def metrics(results: dict[str, Any]) -> dict[str, Any]:
         out[f"agree_blocks_{k}"] = float(np.mean([s[f"agree_blocks_{k}"] for s in seeds]))
     for t in seeds[0]["types"]:
         out[f"delta_{t}"] = float(np.mean([s["types"][t]["delta"] for s in seeds]))
+        out[f"brand_rep_fp_{t}"] = float(np.mean([s["types"][t]["fp"][0] for s in seeds]))
+        out[f"inject_drift_steps_{t}"] = float(np.mean([s["types"][t]["drift"] for s in seeds]))
     for k in ("clean", "rep"):
         out[f"strict_em_{k}"] = float(np.mean([s["strict_em"][k] for s in seeds]))
     if "gguf_roundtrip" in seeds[0]:
         out["gguf_roundtrip"] = all(s["gguf_roundtrip"] for s in seeds)
     return out
+
+
+def type_table(results: dict[str, Any]) -> pd.DataFrame:
+    """Per repaired type, means over seeds: Delta, BRAND rates of M_rep, agreement, box width, injection drift."""
+    seeds = results["seeds"]
+    cols = {"Delta": lambda r: r["delta"], "BRAND FP": lambda r: r["fp"][0], "BRAND quantized": lambda r: r["q"][0],
+            "equal deq. weights": lambda r: r["agree_w"], "mean box width": lambda r: r["width"],
+            "injection drift / step": lambda r: r["drift"]}
+    rows = {t: {c: float(np.mean([f(s["types"][t]) for s in seeds])) for c, f in cols.items()}
+            for t in seeds[0]["types"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 # ---------------------------------------------------------------- figures
