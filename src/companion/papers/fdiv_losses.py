@@ -61,7 +61,7 @@ class Params(BaseParams):
     PRESETS = {
         "full": {"seeds": 5, "clf_losses": LOSS_NAMES, "clf_epochs": 60, "clf_hidden": 256,
                  "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 64, "lm_steps": 1200,
-                 "run_distill_sft": True},
+                 "lm_lr": 3e-3, "run_distill_sft": True},
         "paper": {"seeds": 5, "clf_losses": LOSS_NAMES, "clf_epochs": 100, "clf_hidden": 512,
                   "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 256, "lm_support_max": 12,
                   "lm_layers": 4, "lm_dim": 128, "lm_steps": 5000, "lm_lr": 1e-3, "run_distill_sft": True,
