@@ -488,7 +488,7 @@ def plot_lm(res: Results) -> Figure:
     """Left: next-token accuracy against steps with the Bayes ceiling. Right: support share of p* against steps."""
     from companion.plotting import mean_sd_line
 
-    fig, (acc_ax, sup_ax) = figure(ncols=2, width=9.0, height=3.4)
+    fig, (acc_ax, sup_ax) = figure(ncols=2, width=4.6, height=3.2)
     for loss, curves in res.lm_curves.items():
         mean_sd_line(acc_ax, res.lm_curve_steps, curves, loss)
         mean_sd_line(sup_ax, res.lm_curve_steps, res.lm_support_curves[loss], loss)
