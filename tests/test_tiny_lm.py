@@ -29,3 +29,14 @@ def test_n_params_counts_only_trainable() -> None:
     total = n_params(model)
     model.transformer.wte.weight.requires_grad_(False)
     assert n_params(model) == total - 16 * 16
+
+
+def test_fused_gelu_is_gpt2s_activation() -> None:
+    from transformers import GPT2LMHeadModel
+
+    model = tiny_gpt2(16, 2, 32, 2, 8, seed=1)
+    reference_config = model.config.__class__(**{**model.config.to_dict(), "activation_function": "gelu_new"})
+    reference = GPT2LMHeadModel(reference_config)
+    reference.load_state_dict(model.state_dict())
+    tokens = torch.randint(0, 16, (4, 8), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(model(tokens).logits, reference(tokens).logits, atol=1e-5, rtol=1e-5)
