@@ -60,6 +60,14 @@ def test_table_and_text_table_show_every_claim():
     assert "a" in text and "HOLDS" in text and ">= 0.5" in text
 
 
+def test_text_table_shows_an_unmeasured_claim_read_back_from_json():
+    v = evaluate(Claim("a", "s", "p", 0.5), [float("nan")] * 3)
+    record = json.loads(json.dumps(claims._jsonable(v.to_dict())))
+    assert record["value"] is None
+    text = claims.format_table([record])
+    assert "[nan, nan]" in text and "INCONCLUSIVE" in text
+
+
 def test_bad_claim_direction_is_refused():
     with pytest.raises(ValueError):
         Claim("a", "", "", 0.0, "==")

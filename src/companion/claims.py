@@ -116,8 +116,9 @@ def evaluate_all(claims: Sequence[Claim], per_seed: Mapping[str, Sequence[float]
     return [evaluate(c, per_seed[c.id]) for c in claims]
 
 
-def _num(x: float) -> str:
-    return "nan" if np.isnan(x) else f"{x:.4g}"
+def _num(x: float | None) -> str:
+    """A number to four digits; a missing value (NaN, or ``null`` read back from JSON) as ``nan``."""
+    return "nan" if x is None or np.isnan(x) else f"{x:.4g}"
 
 
 def table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
@@ -146,7 +147,7 @@ def format_table(claims: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         (
             c["id"],
-            _num(c["value"] if c["value"] is not None else float("nan")),
+            _num(c["value"]),
             f"[{_num(c['interval'][0])}, {_num(c['interval'][1])}]",
             f"{c.get('direction', '>=')} {c['threshold']:g}",
             c["verdict"],

@@ -301,7 +301,12 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
     runs = [(t, False) for t in p.target_types] + ([("all", True)] if p.multi_type else [])
     for t, multi in runs:
         types = types_head if t == head else assign_types(m_mal, "Q4_K" if multi else t, "pure", p.n_layers)
-        mal_q = None if multi else ev["mal"]["quants"] if types == types_head else quantize_model(m_mal, types)[1]
+        if multi:
+            mal_q = None
+        elif types == types_head:
+            mal_q = ev["mal"]["quants"]
+        else:
+            mal_q = quantize_model(m_mal, types)[1]
         boxes = _boxes(m_mal, types, p, multi, mal_q)
         drift = float("nan") if multi else injection_drift(m_clean, m_mal, boxes)
         m_rep = copy.deepcopy(m_mal)
