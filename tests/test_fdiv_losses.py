@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from companion.data.markov import MarkovSource, bayes_accuracy, sample_sequences, sparse_markov_table
+from companion.data.markov import (MarkovSource, bayes_accuracy, next_token_laws, sample_sequences,
+                                   sparse_markov_table)
 from companion.fdivergence import (REGISTRY, FDivergence, bisect_tau, fy_loss, fy_loss_value, get_divergence,
                                    primal_value, softargmax, softargmax_diff, softmax_value, tau_bounds)
 from companion.papers import fdiv_losses as paper
@@ -214,3 +216,27 @@ def test_lm_job_records_accuracy_and_support_curves() -> None:
     assert all(0.0 < share <= 1.0 for share in out["support_curve"])
     assert 2.0 <= out["true_support"] <= params.lm_support_max
     assert 0.0 <= out["recall"] <= 1.0
+
+
+class _LawLogits(torch.nn.Module):
+    """A stand-in LM whose logits are log of the source's true next-token law (or all zeros)."""
+
+    def __init__(self, source, uniform: bool) -> None:
+        super().__init__()
+        self.source, self.uniform = source, uniform
+
+    def forward(self, ids: torch.Tensor) -> SimpleNamespace:
+        law = torch.tensor(next_token_laws(self.source, ids.numpy()), dtype=torch.float32)
+        logits = torch.zeros_like(law) if self.uniform else torch.log(law.clamp_min(1e-30))
+        pad = torch.zeros(law.shape[0], 1, law.shape[-1])
+        return SimpleNamespace(logits=torch.cat([pad, logits, pad], 1))
+
+
+def test_lm_eval_mass_outside_the_true_support() -> None:
+    rng = np.random.default_rng(0)
+    source = sparse_markov_table(16, 2, 4, 0.5, rng)
+    seqs = sample_sequences(source, 20, 12, rng)
+    exact = paper.lm_eval(_LawLogits(source, False), "kl", source, seqs, None, 30)
+    uniform = paper.lm_eval(_LawLogits(source, True), "kl", source, seqs, None, 30)
+    assert exact["outside_mass"] < 1e-6 and exact["tv"] < 1e-5
+    assert uniform["outside_mass"] == pytest.approx(1 - uniform["true_support"] / 16, abs=1e-6)

@@ -107,6 +107,7 @@ class Results:
     lm_curve_steps: list[int] = field(default_factory=list)
     lm_support: dict[str, list[float]] = field(default_factory=dict)
     lm_support_recall: dict[str, list[float]] = field(default_factory=dict)
+    lm_outside_mass: dict[str, list[float]] = field(default_factory=dict)
     bayes: list[float] = field(default_factory=list)
     distill: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     sft_acc: dict[str, list[float]] = field(default_factory=dict)
@@ -287,7 +288,7 @@ def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: 
 
 
 def lm_eval(model: torch.nn.Module, loss: str, source: MarkovSource, seqs: np.ndarray, q, iters: int) -> dict[str, Any]:
-    """Accuracy, agreement/TV with the true law, support size and recall on positions >= 2."""
+    """Accuracy, agreement/TV with the true law, support size, recall and mass outside the true support."""
     model.eval()
     with torch.no_grad():
         logits = model(torch.from_numpy(seqs)).logits[:, 1:-1]
@@ -303,6 +304,7 @@ def lm_eval(model: torch.nn.Module, loss: str, source: MarkovSource, seqs: np.nd
         "tv": float(0.5 * (p - law).abs().sum(-1).mean()),
         "support": float(support.sum(-1).float().mean()),
         "recall": float(recall.mean()),
+        "outside_mass": float((p * ~true_support).sum(-1).mean()),
         "true_support": float(true_sizes.mean()),
     }
 
@@ -332,7 +334,8 @@ def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
 def _collect_lm(res: Results, loss: str, out: dict[str, Any]) -> None:
     """Append one LM job's measurements to the results."""
     for key, target in (("acc", res.lm_acc), ("curve", res.lm_curves), ("support", res.lm_support),
-                        ("recall", res.lm_support_recall), ("support_curve", res.lm_support_curves)):
+                        ("recall", res.lm_support_recall), ("outside_mass", res.lm_outside_mass),
+                        ("support_curve", res.lm_support_curves)):
         target.setdefault(loss, []).append(out[key])
     if "sft_acc" in out:
         res.sft_acc.setdefault(loss, []).append(out["sft_acc"])
@@ -417,6 +420,7 @@ def metrics(res: Results) -> dict[str, Any]:
     mean = lambda d: {k: float(np.mean(v)) for k, v in d.items()}  # noqa: E731
     out = {"clf_acc": mean(res.clf_acc), "clf_support": mean(res.clf_support), "lm_acc": mean(res.lm_acc),
            "lm_support": mean(res.lm_support), "lm_support_recall": mean(res.lm_support_recall),
+           "lm_outside_mass": mean(res.lm_outside_mass),
            "bayes_acc": float(np.mean(res.bayes)), "bisection_slopes": res.slopes}
     if res.sft_acc:
         out["sft_acc"] = mean(res.sft_acc)
@@ -433,7 +437,8 @@ def summary_table(res: Results):
         row = {"loss": loss}
         for key, d in (("digits acc", res.clf_acc), ("digits support", res.clf_support),
                        ("LM acc", res.lm_acc), ("LM support", res.lm_support),
-                       ("LM support recall", res.lm_support_recall), ("SFT acc (S2)", res.sft_acc)):
+                       ("LM support recall", res.lm_support_recall),
+                       ("LM mass outside true support", res.lm_outside_mass), ("SFT acc (S2)", res.sft_acc)):
             if loss in d:
                 row[key] = f"{np.mean(d[loss]):.3f} ± {np.std(d[loss]):.3f}"
         if loss in res.distill:
