@@ -44,7 +44,6 @@ SPARSE_FAMILIES = ("chi2", "alpha1.5", "alpha2")
 class Params(BaseParams):
     """Parameters of the f-divergence losses reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     bisect_iters: int = param(30, lo=10, hi=100, help="bisection steps used in training")
     clf_losses: tuple[str, ...] = param(("kl", "alpha1.5", "alpha2", "chi2"), choices=LOSS_NAMES)
     clf_epochs: int = param(30, lo=5, hi=200)
