@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from companion.models.byte_lm import block_mlp, byte_gpt2, mean_ce
+from companion.models.byte_lm import block_mlp, byte_gpt2, mean_ce, train_byte_lm
 from companion.models.topk_sae import TopKSAE, constrained_step
 from companion.params import ParamError
 from companion.papers import jsae
@@ -217,3 +217,20 @@ def test_params_presets_resolve():
     for preset in ("quick", "full", "paper"):
         p = jsae.Params.resolve(preset)
         assert p.k <= p.expansion * p.d_model and p.hook_layer < p.lm_layers
+
+
+def test_lm_training_stops_at_the_target_loss():
+    data = np.random.default_rng(0).integers(0, 256, size=5000)
+    model = byte_gpt2(1, 32, 64, seed=0, context=jsae.CONTEXT)
+    rng = np.random.default_rng(1)
+    loss, steps = train_byte_lm(model, data, 8, rng, 6.0, batch=2, window=3)
+    assert steps == 3 and loss <= 6.0  # an untrained byte LM starts near ln 256 = 5.5
+    _, steps = train_byte_lm(model, data, 8, rng, 0.0, batch=2, window=3)
+    assert steps == 8  # an unreachable target: every allowed step is taken
+
+
+def test_in_run_exactness_and_speed_check():
+    mlp, sae_x, sae_y, x, y = random_setup()
+    acts = jsae.Acts(x, y, x, y, mlp, 1.0, 1.0)
+    err, speedup = jsae.exactness_and_speed(sae_x, sae_y, acts)
+    assert err < 1e-5 and speedup > 1.0

@@ -35,6 +35,11 @@ def generators(seed: int) -> tuple[np.random.Generator, torch.Generator]:
     return np.random.default_rng(seed), torch.Generator().manual_seed(seed)
 
 
+def cores() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
 def limit_threads(n: int | None = None) -> int:
     """Cap torch's intra-op threads: ``n``, else ``$COMPANION_THREADS``, else 1.
 
@@ -80,7 +85,7 @@ def parallel_map(fn: Callable[..., T], jobs: Sequence[tuple], workers: int | Non
 
     ``fn`` must be importable (defined in a module). With one worker or one job it runs inline.
     """
-    workers = min(workers or len(os.sched_getaffinity(0)), len(jobs))
+    workers = min(workers or cores(), len(jobs))
     if workers <= 1:
         out = []
         for job in jobs:

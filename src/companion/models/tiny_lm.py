@@ -11,14 +11,14 @@ M = TypeVar("M", bound=torch.nn.Module)
 
 
 def tiny_gpt2(vocab: int, n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_positions: int = 64,
-              seed: int = 0) -> GPT2LMHeadModel:
-    """A GPT-2 decoder with a small config, initialised from ``seed``.
+              seed: int = 0, n_inner: int | None = None) -> GPT2LMHeadModel:
+    """A GPT-2 decoder with a small config (MLP width ``n_inner``, default 4 x ``n_embd``), initialised from ``seed``.
 
     GPT-2's tanh-approximated GELU is taken from torch's fused kernel (``gelu_pytorch_tanh``): the same
     function to float rounding as ``gelu_new``, about a fifth less time per training step at this width.
     """
     config = GPT2Config(vocab_size=vocab, n_layer=n_layer, n_embd=n_embd, n_head=n_head,
-                        n_positions=n_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        n_positions=n_positions, n_inner=n_inner, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         activation_function="gelu_pytorch_tanh", bos_token_id=0, eos_token_id=0)
     return _seeded_init(GPT2LMHeadModel, config, seed)
 
