@@ -14,13 +14,11 @@ import numpy as np
 import torch
 
 from companion import runtime
-from companion.runtime import median_time
 from companion.models.topk_sae import TopKSAE, constrained_step
+from companion.runtime import median_time
 from companion.papers import jsae
 
 TOKENS, N, K, M, D = 256, 512, 8, 256, 64
-
-
 
 
 def setup(gen: torch.Generator) -> tuple[jsae.Mlp, TopKSAE, TopKSAE, torch.Tensor]:
