@@ -16,7 +16,8 @@ What is reproduced, at toy scale, with a 2-block ``transformers`` GPT-2 trained 
 With ``model_path`` (the ``paper`` preset) the paper's own two-hop OCR test also runs on a pretrained
 causal LM read from a local folder (``companion.models.causal_lm``, ``companion.data.two_hop_facts``).
 
-Entity representations come from pretraining in the paper; here a "pretraining" stage on other
+The synthetic world of names, cities and animals is ``companion.data.fact_world``. Entity
+representations come from pretraining in the paper; here a "pretraining" stage on other
 names' facts builds a fact-storage pathway and the name embeddings are then frozen.
 Written by hand because no maintained library does it: the rank metric, the phase schedule, the
 grafting algebra (``companion.models.weight_deltas``) and the extractive scores
@@ -39,12 +40,12 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
 from companion.data import two_hop_facts
+from companion.data.fact_world import BOS, World, candidates, dax, make_world, zong
 from companion.models import causal_lm
 from companion.models import gpt2_attribution as attrib
 from companion.models.weight_deltas import Delta, delta_since, snapshot, with_deltas
 from companion.params import BaseParams, ParamError, param
 
-BOS, DAX, ZONG = 0, 1, 2
 ORDERS = ("facts_first", "impl_first", "joint")
 CONTRAST_ORDERS = ("facts_first", "impl_first")  # joint already generalises with frozen names
 SCORE_KINDS = ("informative", "upstream", "downstream")
@@ -103,68 +104,6 @@ class Params(BaseParams):
         if problem:
             raise ParamError(f"parameter 'model_path': {problem}; give a local folder holding a Hugging Face "
                              "causal LM and its tokenizer")
-
-
-# ---------------------------------------------------------------- world and data
-
-@dataclass(frozen=True)
-class World:
-    """Names, their cities (real and counterfactual) and the city -> animal bijection."""
-
-    n_names: int
-    n_cities: int
-    city: np.ndarray  # (n_names,) city of each name
-    city2: np.ndarray  # (n_names,) counterfactual city, never equal to ``city``
-    animal: np.ndarray  # (n_cities,) animal of each city, a permutation
-    pre: np.ndarray  # name ids of the pretraining slice
-    train: np.ndarray  # name ids of the training slice
-    test: np.ndarray  # name ids of the test slice
-
-    @property
-    def vocab(self) -> int:
-        """BOS, DAX, ZONG, names, cities, animals."""
-        return 3 + self.n_names + 2 * self.n_cities
-
-    def name_tok(self, names: np.ndarray) -> np.ndarray:
-        return 3 + names
-
-    def city_tok(self, cities: np.ndarray) -> np.ndarray:
-        return 3 + self.n_names + cities
-
-    def animal_tok(self, animals: np.ndarray) -> np.ndarray:
-        return 3 + self.n_names + self.n_cities + animals
-
-
-def make_world(n_pre: int, n_train: int, n_test: int, n_cities: int, rng: np.random.Generator) -> World:
-    """Random facts; the test names cycle through a permutation so every city is used."""
-    n = n_pre + n_train + n_test
-    city = rng.integers(0, n_cities, size=n)
-    city[n_pre + n_train:] = rng.permutation(n_cities)[np.arange(n_test) % n_cities]
-    city2 = (city + rng.integers(1, n_cities, size=n)) % n_cities
-    ids = np.arange(n)
-    return World(n, n_cities, city, city2, rng.permutation(n_cities), ids[:n_pre],
-                 ids[n_pre:n_pre + n_train], ids[n_pre + n_train:])
-
-
-def dax(world: World, names: np.ndarray, counterfactual: bool = False) -> Tensor:
-    """Fact sequences ``[BOS, name, DAX, city]``; (n, 4) int64."""
-    cities = (world.city2 if counterfactual else world.city)[names]
-    return torch.as_tensor(np.stack([np.full(len(names), BOS), world.name_tok(names), np.full(len(names), DAX),
-                                     world.city_tok(cities)], axis=1), dtype=torch.long)
-
-
-def zong(world: World, names: np.ndarray, counterfactual: bool = False) -> Tensor:
-    """Implication sequences ``[BOS, name, ZONG, animal(city)]``; (n, 4) int64."""
-    cities = (world.city2 if counterfactual else world.city)[names]
-    return torch.as_tensor(np.stack([np.full(len(names), BOS), world.name_tok(names), np.full(len(names), ZONG),
-                                     world.animal_tok(world.animal[cities])], axis=1), dtype=torch.long)
-
-
-def candidates(world: World, seqs: Tensor) -> Tensor:
-    """The answer options of a batch (cities for dax, animals for zong); (n_cities,)."""
-    first = world.city_tok(np.arange(world.n_cities)) if int(seqs[0, 2]) == DAX else \
-        world.animal_tok(np.arange(world.n_cities))
-    return torch.as_tensor(first, dtype=torch.long)
 
 
 # ---------------------------------------------------------------- metric and loss
