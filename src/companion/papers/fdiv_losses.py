@@ -503,5 +503,5 @@ def plot_lm(res: Results) -> Figure:
     sup_ax.axhline(SPARSITY_BAR, color="C3", linestyle="--", linewidth=1, label="claim bar")
     sup_ax.set(xlabel="training step", ylabel="support of p* / vocabulary", ylim=(0, 1.05),
                title="How many tokens p* keeps")
-    sup_ax.legend(loc="upper right")
+    sup_ax.legend(loc="center right")
     return fig
