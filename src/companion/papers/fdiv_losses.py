@@ -54,14 +54,14 @@ class Params(BaseParams):
     lm_layers: int = param(2, lo=1, hi=8)
     lm_dim: int = param(64, lo=32, hi=512)
     lm_steps: int = param(600, lo=50, hi=20000)
-    lm_lr: float = param(5e-3, lo=1e-4, hi=1e-2)
+    lm_lr: float = param(3e-3, lo=1e-4, hi=1e-2)
     reference_measure: str = param("ones", choices=("ones", "uniform", "prior"))
     run_distill_sft: bool = param(False, help="part D: distillation and fine-tuning")
 
     PRESETS = {
         "full": {"seeds": 5, "clf_losses": LOSS_NAMES, "clf_epochs": 60, "clf_hidden": 256,
                  "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 64, "lm_steps": 1200,
-                 "lm_lr": 3e-3, "run_distill_sft": True},
+                 "run_distill_sft": True},
         "paper": {"seeds": 5, "clf_losses": LOSS_NAMES, "clf_epochs": 100, "clf_hidden": 512,
                   "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 256, "lm_support_max": 12,
                   "lm_layers": 4, "lm_dim": 128, "lm_steps": 5000, "lm_lr": 1e-3, "run_distill_sft": True,
