@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from companion.models import causal_lm
 from companion.models import gpt2_attribution as attrib
 from companion.models.weight_deltas import delta_since, snapshot, with_deltas
 from companion.papers import extractive_structures as es
@@ -29,7 +30,7 @@ def test_rank_best_worst_ties():
     options = torch.arange(5)
     logits = torch.tensor([[5.0, 1, 2, 3, 4], [0.0, 1, 2, 3, 4], [1.0, 1, 1, 1, 1]])
     answer = torch.tensor([0, 0, 2])
-    assert es.option_ranks(logits, options, answer).tolist() == [0, 4, 0]
+    assert causal_lm.logit_ranks(logits, options, answer).tolist() == [0, 4, 0]
 
 
 def test_rank_uniform_is_chance():
@@ -37,7 +38,7 @@ def test_rank_uniform_is_chance():
     n = 20
     logits = torch.rand(10_000, n, generator=g)
     answer = torch.randint(0, n, (10_000,), generator=g)
-    mean = es.option_ranks(logits, torch.arange(n), answer).float().mean().item()
+    mean = causal_lm.logit_ranks(logits, torch.arange(n), answer).float().mean().item()
     assert abs(mean - (n - 1) / 2) < 0.3
 
 
@@ -262,8 +263,6 @@ def test_bad_model_path_is_refused_before_compute(tmp_path):
 
 def test_option_first_tokens_must_differ(tiny_lm_dir):
     from transformers import AutoTokenizer
-
-    from companion.models import causal_lm
 
     tok = AutoTokenizer.from_pretrained(tiny_lm_dir, local_files_only=True)
     assert len(set(causal_lm.first_tokens(tok, ["Tokyo", "Paris", "Rome"]).tolist())) == 3

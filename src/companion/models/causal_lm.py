@@ -90,16 +90,25 @@ def _logits(model: PreTrainedModel, enc: Encoded) -> Tensor:
     return out.logits.float()
 
 
+def logit_ranks(last_logits: Tensor, options: Tensor, answer: Tensor) -> Tensor:
+    """Rank of the correct option = number of options with a strictly larger logit; (B,).
+
+    last_logits: (B, V); options: (C,) token ids; answer: (B,) token ids (each in ``options``).
+    """
+    return (last_logits[:, options] > last_logits.gather(1, answer[:, None])).sum(1)
+
+
 @torch.no_grad()
 def option_ranks(model: PreTrainedModel, enc: Encoded, options: Tensor, correct: Tensor,
                  batch_size: int = 16) -> Tensor:
-    """Options whose first-token logit beats the correct option's, at the last prompt token; (n,)."""
+    """:func:`logit_ranks` at the last prompt token, ``correct`` indexing ``options``; (n,)."""
+    options = options.to(model.device)
     out = []
     for start in range(0, len(enc), batch_size):
         part = enc.rows(slice(start, start + batch_size))
         logits = _logits(model, part)[torch.arange(len(part)), part.last_prompt.to(model.device)]
-        z = logits[:, options.to(model.device)].cpu()
-        out.append((z > z.gather(1, correct[start:start + batch_size, None])).sum(1))
+        answer = options[correct[start:start + batch_size].to(model.device)]
+        out.append(logit_ranks(logits, options, answer).cpu())
     return torch.cat(out)
 
 

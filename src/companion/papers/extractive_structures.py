@@ -108,16 +108,6 @@ class Params(BaseParams):
 
 # ---------------------------------------------------------------- metric and loss
 
-def option_ranks(last_logits: Tensor, options: Tensor, answer: Tensor) -> Tensor:
-    """Rank of the correct option = number of options with a strictly larger logit; (B,).
-
-    last_logits: (B, V); options: (C,) token ids; answer: (B,) token ids (each in ``options``).
-    """
-    z = last_logits[:, options]
-    correct = last_logits.gather(1, answer[:, None])
-    return (z > correct).sum(1)
-
-
 def mean_logit_loss(last_logits: Tensor, options: Tensor, answer: Tensor) -> Tensor:
     """``-z_correct + mean_o z_o`` over the options; (B,)."""
     return -last_logits.gather(1, answer[:, None])[:, 0] + last_logits[:, options].mean(1)
@@ -130,7 +120,7 @@ def mean_ranks(model: GPT2LMHeadModel, world: World, *sets: Tensor) -> tuple[flo
     out, start = [], 0
     for seqs in sets:
         part = logits[start:start + len(seqs)]
-        out.append(float(option_ranks(part, candidates(world, seqs), seqs[:, 3]).float().mean()))
+        out.append(float(causal_lm.logit_ranks(part, candidates(world, seqs), seqs[:, 3]).float().mean()))
         start += len(seqs)
     return tuple(out)
 
