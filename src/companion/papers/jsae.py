@@ -387,7 +387,7 @@ class PairJob:
 def train_lm(params: Params) -> tuple[float, int, dict[str, Tensor]]:
     """Train the run's LM from the base seed; returns its final loss, its steps and its weights.
 
-    A byte-level LM leaves its early plateau after 240 to 550 steps depending on the seed (measured),
+    A byte-level LM leaves its early plateau after 240 to 700 steps depending on the seed (measured),
     so a fixed step count gives LMs of very different quality; training to the spec's loss makes the
     LM, not the step count, the same across base seeds.
     """
