@@ -71,3 +71,34 @@ def test_text_table_shows_an_unmeasured_claim_read_back_from_json():
 def test_bad_claim_direction_is_refused():
     with pytest.raises(ValueError):
         Claim("a", "", "", 0.0, "==")
+
+
+def test_exact_claim_takes_one_value_and_has_no_interval():
+    c = Claim("e", "s", "p", 1e-6, "<=", kind="exact")
+    v = evaluate(c, 3e-9)
+    assert v.verdict == "HOLDS" and v.interval is None and v.kind == "exact"
+    assert v.to_dict()["interval"] is None
+    assert evaluate(c, [2e-6]).verdict == "FAILS"
+    assert claims.format_table([v.to_dict()]).splitlines()[1].split()[2] == "exact"
+
+
+def test_exact_claim_refuses_a_value_copied_across_seeds():
+    with pytest.raises(ValueError, match="one value"):
+        evaluate(Claim("e", "s", "p", 0.5, kind="exact"), [0.7, 0.7, 0.7])
+
+
+def test_statistical_claim_refuses_a_single_scalar():
+    with pytest.raises(ValueError, match="per seed"):
+        evaluate(Claim("s", "s", "p", 0.5), 0.7)
+
+
+def test_worst_picks_the_seed_closest_to_failing():
+    assert claims.worst([0.3, 0.1, 0.2], ">=") == 0.1
+    assert claims.worst([0.3, 0.1, 0.2], "<=") == 0.3
+    every = Claim("every", "s", "p", 0.15, ">=", kind="exact")
+    assert evaluate(every, claims.worst([0.3, 0.1, 0.2], ">=")).verdict == "FAILS"
+
+
+def test_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="kind"):
+        Claim("a", "", "", 0.0, kind="approximate")

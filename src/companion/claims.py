@@ -1,15 +1,15 @@
-"""Claim checks evaluated over seeds: mean, 95% interval and an honest verdict.
+"""Claim checks: exact ones evaluated once, statistical ones over seeds with a 95% interval.
 
 A :class:`Claim` states what the paper says, its own number, and a falsifiable numeric test
-(``metric >= threshold`` or ``metric <= threshold``). :func:`evaluate` takes the metric measured
-on every seed and returns a :class:`Verdict`:
+(``metric >= threshold`` or ``metric <= threshold``), and declares its kind:
 
-- ``HOLDS`` when the mean clears the threshold and the whole 95% interval does too;
-- ``FAILS`` when the mean misses the threshold and the whole interval does too;
-- ``INCONCLUSIVE`` when the interval straddles the threshold.
-
-The interval is Student-t on the seed mean (exact for deterministic metrics, where it collapses
-to a point), or a percentile bootstrap of the mean when a claim asks for it.
+- ``statistical``: :func:`evaluate` takes the metric measured on every seed. ``HOLDS`` when the
+  mean clears the threshold and the whole 95% interval does too; ``FAILS`` when the mean misses
+  it and the whole interval does too; ``INCONCLUSIVE`` when the interval straddles it. The
+  interval is Student-t on the seed mean, or a percentile bootstrap when a claim asks for it.
+- ``exact``: an identity, an agreement with a reference to a tolerance, a count that does not
+  depend on the seed, or a worst case over seeds (:func:`worst`): one value, ``HOLDS`` or
+  ``FAILS``, no interval. Copying one value across seeds to make an interval is refused.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import pandas as pd
 from scipy import stats
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "FAILS", "INCONCLUSIVE"
+KINDS = ("statistical", "exact")
 OUTPUT_ENV = "COMPANION_OUTPUT"
 
 
@@ -38,12 +39,15 @@ class Claim:
     threshold: float
     direction: Literal[">=", "<="] = ">="
     interval: Literal["t", "bootstrap"] = "t"
+    kind: Literal["statistical", "exact"] = "statistical"
 
     def __post_init__(self) -> None:
         if self.direction not in (">=", "<="):
             raise ValueError(f"claim {self.id}: direction must be '>=' or '<=', not {self.direction!r}")
         if self.interval not in ("t", "bootstrap"):
             raise ValueError(f"claim {self.id}: interval must be 't' or 'bootstrap'")
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.id}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -54,16 +58,17 @@ class Verdict:
     statement: str
     paper_value: str
     value: float
-    interval: tuple[float, float]
+    interval: tuple[float, float] | None
     threshold: float
     direction: str
     verdict: str
     per_seed: tuple[float, ...] = field(default=())
+    kind: str = "statistical"
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON record written to ``results.json``."""
+        """The JSON record written to ``results.json`` (an exact claim's interval is null)."""
         out = asdict(self)
-        out["interval"] = list(self.interval)
+        out["interval"] = None if self.interval is None else list(self.interval)
         out["per_seed"] = list(self.per_seed)
         return out
 
@@ -87,8 +92,38 @@ def mean_interval(
     return mean, mean - float(half), mean + float(half)
 
 
-def evaluate(claim: Claim, per_seed: Iterable[float]) -> Verdict:
-    """Evaluate ``claim`` on the metric measured for each seed."""
+def worst(values: Iterable[float], direction: str) -> float:
+    """The seed that comes closest to failing ``direction``: the value of an "in every seed" row."""
+    x = [float(v) for v in values]
+    if not x:
+        raise ValueError("no values to take the worst of")
+    if any(np.isnan(x)):
+        return float("nan")
+    return min(x) if direction == ">=" else max(x)
+
+
+def _evaluate_exact(claim: Claim, measured: float | Iterable[float]) -> Verdict:
+    """One value, no interval: HOLDS when it clears the threshold, else FAILS (NaN: INCONCLUSIVE)."""
+    values = (float(measured),) if np.ndim(measured) == 0 else tuple(float(v) for v in measured)
+    if len(values) != 1:
+        raise ValueError(f"claim {claim.id} is exact: give one value, not {len(values)} "
+                         "(a value copied across seeds is not an interval)")
+    value = values[0]
+    if np.isnan(value):
+        verdict = INCONCLUSIVE
+    else:
+        ok = value >= claim.threshold if claim.direction == ">=" else value <= claim.threshold
+        verdict = HOLDS if ok else FAILS
+    return Verdict(claim.id, claim.statement, claim.paper_value, value, None, claim.threshold,
+                   claim.direction, verdict, (), "exact")
+
+
+def evaluate(claim: Claim, per_seed: float | Iterable[float]) -> Verdict:
+    """Evaluate ``claim``: an exact claim on its one value, a statistical one on each seed's value."""
+    if claim.kind == "exact":
+        return _evaluate_exact(claim, per_seed)
+    if np.ndim(per_seed) == 0:
+        raise ValueError(f"claim {claim.id} is statistical: give one value per seed")
     values = tuple(float(v) for v in per_seed)
     if any(np.isnan(values)):
         return Verdict(claim.id, claim.statement, claim.paper_value, float("nan"),
@@ -108,17 +143,23 @@ def evaluate(claim: Claim, per_seed: Iterable[float]) -> Verdict:
                    claim.threshold, claim.direction, verdict, values)
 
 
-def evaluate_all(claims: Sequence[Claim], per_seed: Mapping[str, Sequence[float]]) -> list[Verdict]:
-    """Evaluate every claim on its entry of ``per_seed`` (claim id -> values per seed)."""
+def evaluate_all(claims: Sequence[Claim], per_seed: Mapping[str, float | Sequence[float]]) -> list[Verdict]:
+    """Evaluate every claim on its entry of ``per_seed`` (claim id -> values per seed, or one value
+    for an exact claim)."""
     missing = [c.id for c in claims if c.id not in per_seed]
     if missing:
         raise KeyError(f"no measured values for claims: {', '.join(missing)}")
     return [evaluate(c, per_seed[c.id]) for c in claims]
 
 
-def _num(x: float | None) -> str:
-    """A number to four digits; a missing value (NaN, or ``null`` read back from JSON) as ``nan``."""
-    return "nan" if x is None or np.isnan(x) else f"{x:.4g}"
+def fmt(x: float | None) -> str:
+    """A number to three significant digits; a missing value (NaN, or JSON ``null``) as ``nan``."""
+    return "nan" if x is None or np.isnan(x) else f"{x:.3g}"
+
+
+def fmt_interval(interval: Sequence[float | None] | None) -> str:
+    """``[lo, hi]`` to three significant digits; an exact claim (no interval) as ``exact``."""
+    return "exact" if interval is None else f"[{fmt(interval[0])}, {fmt(interval[1])}]"
 
 
 def table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
@@ -128,10 +169,10 @@ def table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
             "claim": v.id,
             "statement": v.statement,
             "paper": v.paper_value,
-            "ours (mean over seeds)": _num(v.value),
-            "95% interval": f"[{_num(v.interval[0])}, {_num(v.interval[1])}]",
+            "ours": fmt(v.value),
+            "95% interval": fmt_interval(v.interval),
             "test": f"{v.direction} {v.threshold:g}",
-            "seeds": len(v.per_seed),
+            "seeds": len(v.per_seed) if v.kind == "statistical" else "–",
             "verdict": v.verdict,
         }
         for v in verdicts
@@ -147,8 +188,8 @@ def format_table(claims: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         (
             c["id"],
-            _num(c["value"]),
-            f"[{_num(c['interval'][0])}, {_num(c['interval'][1])}]",
+            fmt(c["value"]),
+            fmt_interval(c["interval"]),
             f"{c.get('direction', '>=')} {c['threshold']:g}",
             c["verdict"],
         )

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence, TypeVar
 
 PRESET_NAMES = ("quick", "full", "paper")
@@ -218,3 +219,36 @@ def _check_range(name: str, value: Any, rule: Rule, allowed: str) -> None:
     )
     if bad:
         raise ParamError(f"parameter {name!r}: {value!r} is out of range; allowed: {allowed}")
+
+
+def local_default(slug: str, *parts: str) -> str:
+    """The default place of what a user brings for ``slug``: ``data/local/<slug>/<parts>``."""
+    return "/".join(("data", "local", slug, *parts))
+
+
+def resolve_path(value: str) -> Path:
+    """A path parameter as a path: absolute as given, relative to the project root otherwise."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    from companion.registry import project_root
+
+    return project_root() / path
+
+
+def require_path(name: str, value: str, what: str, kind: str = "any") -> Path:
+    """Refuse (before compute) a path parameter that names nothing of ``kind`` (dir, file, any).
+
+    ``what`` says in a few words what belongs there, e.g. "a Hugging Face GPT-2 folder
+    (config.json + model.safetensors)"; the message points at ``companion fetch`` and data/README.md.
+    """
+    if not value:
+        raise ParamError(f"parameter {name!r} is empty; allowed: a local path to {what} "
+                         "(see data/README.md, or `companion fetch`)")
+    path = resolve_path(value)
+    ok = {"dir": path.is_dir(), "file": path.is_file(), "any": path.exists()}[kind]
+    if not ok:
+        noun = {"dir": "folder", "file": "file", "any": "path"}[kind]
+        raise ParamError(f"parameter {name!r}: {value!r} is not an existing {noun}; allowed: a local "
+                         f"path to {what} (see data/README.md, or `companion fetch`)")
+    return path
