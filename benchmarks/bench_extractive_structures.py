@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from companion.runtime import median_time
-from companion.models import gpt2_attribution as attrib
-from companion.models.weight_deltas import delta_since, snapshot
+from companion.papers.extractive_structures import gpt2_attribution as attrib
+from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot
 from companion.papers import extractive_structures as es
 
 

@@ -13,7 +13,7 @@ import entmax
 import torch
 
 from companion.runtime import median_time
-from companion.fdivergence import REGISTRY, softargmax
+from companion.papers.fdiv_losses.fdivergence import REGISTRY, softargmax
 
 
 

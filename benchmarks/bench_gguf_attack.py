@@ -14,7 +14,7 @@ import torch
 from gguf import GGMLQuantizationType, quants
 
 from companion.runtime import median_time
-from companion.models import gguf_quants as gq
+from companion.papers.gguf_attack import quants as gq
 from companion.papers import gguf_attack as ga
 
 

@@ -14,7 +14,7 @@ import random
 import numpy as np
 
 from companion.runtime import median_time
-from companion.data import rankings as rk
+from companion.papers.improvement_feedback import rankings as rk
 from companion.papers import improvement_feedback as f
 
 M, T, N, REPS, REPEATS = 20, 5, 1000, 40, 3

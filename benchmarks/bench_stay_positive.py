@@ -18,7 +18,7 @@ from sklearn.metrics import average_precision_score
 
 from companion import runtime
 from companion.runtime import median_time
-from companion.data import photo_patches as pp
+from companion.papers.stay_positive import photo_patches as pp
 from companion.papers import stay_positive as sp
 
 REPEATS = 3

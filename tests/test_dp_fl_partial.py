@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from companion.data import logistic_sco as lr
+from companion.papers.dp_fl_partial import logistic_sco as lr
 from companion.papers import dp_fl_partial as dp
 from companion.params import ParamError
 

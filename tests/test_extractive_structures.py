@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from companion.models import causal_lm
-from companion.models import gpt2_attribution as attrib
-from companion.models.weight_deltas import delta_since, snapshot, with_deltas
+from companion.papers.extractive_structures import causal_lm
+from companion.papers.extractive_structures import gpt2_attribution as attrib
+from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot, with_deltas
 from companion.papers import extractive_structures as es
 from companion.params import ParamError
 
@@ -224,7 +224,7 @@ def tiny_lm_dir(tmp_path_factory) -> str:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from companion.data import two_hop_facts as thf
+    from companion.papers.extractive_structures import two_hop_facts as thf
 
     words = {w for hop in thf.two_hops(np.random.default_rng(0)) for texts in
              (hop.fact_prompts, hop.fact_options, hop.impl_prompts, hop.impl_options) for t in texts for w in t.split()}

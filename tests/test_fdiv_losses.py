@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from companion.data.markov import (MarkovSource, bayes_accuracy, next_token_laws, sample_sequences,
+from companion.papers.fdiv_losses.markov import (MarkovSource, bayes_accuracy, next_token_laws, sample_sequences,
                                    sparse_markov_table)
-from companion.fdivergence import (REGISTRY, FDivergence, bisect_tau, fy_loss, fy_loss_value, get_divergence,
+from companion.papers.fdiv_losses.fdivergence import (REGISTRY, FDivergence, bisect_tau, fy_loss, fy_loss_value, get_divergence,
                                    primal_value, softargmax, softargmax_diff, softmax_value, tau_bounds)
 from companion.papers import fdiv_losses as paper
 from companion.params import ParamError

@@ -9,8 +9,8 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, quants
 
-from companion.models import gguf_boxes as gb
-from companion.models import gguf_quants as gq
+from companion.papers.gguf_attack import boxes as gb
+from companion.papers.gguf_attack import quants as gq
 from companion.papers import gguf_attack as ga
 from companion.params import ParamError
 

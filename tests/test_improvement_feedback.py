@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from companion.data import rankings as rk
+from companion.papers.improvement_feedback import rankings as rk
 from companion.papers import improvement_feedback as f
 from companion.params import ParamError
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from companion.models.byte_lm import block_mlp, byte_gpt2, mean_ce, train_byte_lm
+from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, train_byte_lm
 from companion.models.topk_sae import TopKSAE, constrained_step
 from companion.params import ParamError
 from companion.papers import jsae

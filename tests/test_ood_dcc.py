@@ -9,7 +9,7 @@ from sklearn.covariance import EmpiricalCovariance
 from sklearn.metrics import roc_auc_score
 from sklearn.neighbors import NearestNeighbors
 
-from companion.data import digits_ood
+from companion.papers.ood_dcc import digits_ood
 from companion.models.mlp import extract, train_mlp
 from companion.papers import ood_dcc as p
 from companion.params import ParamError

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 from sklearn.metrics import average_precision_score
 
-from companion.data import photo_patches as pp
+from companion.papers.stay_positive import photo_patches as pp
 from companion.papers import stay_positive as sp
 from companion.params import ParamError
 

@@ -11,7 +11,7 @@ from scipy import stats
 from scipy.special import logsumexp
 from statsmodels.stats.weightstats import ttest_ind as sm_ttest_ind
 
-from companion.data.domain_mixture import make_task, sample
+from companion.papers.suitability_filter.domain_mixture import make_task, sample
 from companion.models.mlp import FeatureMLP, fit, logits
 from companion.params import ParamError
 from companion.papers import suitability_filter as sf

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from companion.models import gguf_quants as gq
+from companion.papers.gguf_attack import quants as gq
 
 # thresh.csv of the official repository: tau per k-quant type for the multi-type widening.
 THRESH = (

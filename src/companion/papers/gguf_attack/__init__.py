@@ -12,8 +12,8 @@ stealth (strict task accuracy of the full-precision model on many held-out promp
 teacher forcing). Seeds run in parallel worker processes.
 
 Written by hand because no well-kept library does it: the k-quant quantizers and the llama.cpp
-mixture table (in :mod:`companion.models.gguf_quants`; the PyPI ``gguf`` package only dequantizes
-k-quants), the box construction (:mod:`companion.models.gguf_boxes`: freeze rules, exact legacy
+mixture table (in :mod:`companion.papers.gguf_attack.quants`; the PyPI ``gguf`` package only dequantizes
+k-quants), the box construction (:mod:`companion.papers.gguf_attack.boxes`: freeze rules, exact legacy
 boxes, multi-type widening with the repository's thresholds), the synthetic task and the PGD loop.
 ``gguf`` is the reference for dequantization, legacy quantization and the .gguf file format.
 """
@@ -36,8 +36,8 @@ from tqdm import tqdm
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.models import gguf_quants as gq
-from companion.models.gguf_boxes import Box, all_types_box, make_box
+from companion.papers.gguf_attack import quants as gq
+from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box
 from companion.models.tiny_lm import tiny_llama
 from companion.params import BaseParams, param
 

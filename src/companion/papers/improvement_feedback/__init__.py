@@ -21,7 +21,7 @@ C. the simulation (approximation ratio of the estimated Borda / Copeland / plura
 Written by hand because no well-kept library does it: the feedback operator and learnability
 test, the LP construction, the vectorised feedback simulator and the winner estimators (the
 official scripts loop over voters in Python and use ``pref_voting`` only for profiles and true
-scores). Ranking samplers live in :mod:`companion.data.rankings`.
+scores). Ranking samplers live in :mod:`companion.papers.improvement_feedback.rankings`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from scipy import linalg, optimize
 
 from companion import claims, plotting, runtime
 from companion.claims import Claim, Verdict
-from companion.data import rankings as rk
-from companion.data.voting_feedback import (argmax_random, borda_estimate, copeland_estimate, count_matrix,
+from companion.papers.improvement_feedback import rankings as rk
+from companion.papers.improvement_feedback.voting_feedback import (argmax_random, borda_estimate, copeland_estimate, count_matrix,
                                             improvement_answers, improvement_counts, paired_z,
                                             pairwise_answers, ratio, true_scores, two_sample_reject,
                                             window_probs)

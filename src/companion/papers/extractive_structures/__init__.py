@@ -14,14 +14,14 @@ What is reproduced, at toy scale, with a 2-block ``transformers`` GPT-2 trained 
   upstream, downstream) of the facts-first model on the test implications.
 
 With ``model_path`` (the ``paper`` preset) the paper's own two-hop OCR test also runs on a pretrained
-causal LM read from a local folder (``companion.models.causal_lm``, ``companion.data.two_hop_facts``).
+causal LM read from a local folder (``companion.papers.extractive_structures.causal_lm``, ``companion.papers.extractive_structures.two_hop_facts``).
 
-The synthetic world of names, cities and animals is ``companion.data.fact_world``. Entity
+The synthetic world of names, cities and animals is ``companion.papers.extractive_structures.fact_world``. Entity
 representations come from pretraining in the paper; here a "pretraining" stage on other
 names' facts builds a fact-storage pathway and the name embeddings are then frozen.
 Written by hand because no maintained library does it: the rank metric, the phase schedule, the
-grafting algebra (``companion.models.weight_deltas``) and the extractive scores
-(``companion.models.gpt2_attribution``). The model classes are ``transformers``'.
+grafting algebra (``companion.papers.extractive_structures.weight_deltas``) and the extractive scores
+(``companion.papers.extractive_structures.gpt2_attribution``). The model classes are ``transformers``'.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.data import two_hop_facts
-from companion.data.fact_world import BOS, World, candidates, dax, make_world, zong
-from companion.models import causal_lm
-from companion.models import gpt2_attribution as attrib
-from companion.models.weight_deltas import Delta, delta_since, snapshot, with_deltas
+from companion.papers.extractive_structures import two_hop_facts
+from companion.papers.extractive_structures.fact_world import BOS, World, candidates, dax, make_world, zong
+from companion.papers.extractive_structures import causal_lm
+from companion.papers.extractive_structures import gpt2_attribution as attrib
+from companion.papers.extractive_structures.weight_deltas import Delta, delta_since, snapshot, with_deltas
 from companion.params import BaseParams, ParamError, param
 
 ORDERS = ("facts_first", "impl_first", "joint")

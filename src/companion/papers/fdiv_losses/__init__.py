@@ -9,7 +9,7 @@ B. classification on scikit-learn's digits with an MLP, one Fenchel-Young loss p
 C. next-token prediction by a tiny GPT-2 on a sparse order-2 Markov source (KL vs α = 1.5);
 D. (full preset) distillation from the true table and fine-tuning on a perturbed source.
 
-The operators and losses live in :mod:`companion.fdivergence`; this module holds the experiment.
+The operators and losses live in :mod:`companion.papers.fdiv_losses.fdivergence`; this module holds the experiment.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from tqdm import tqdm
 
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.data.markov import (MarkovSource, bayes_accuracy, next_token_laws, perturb,
+from companion.papers.fdiv_losses.markov import (MarkovSource, bayes_accuracy, next_token_laws, perturb,
                                    sample_sequences, sparse_markov_table)
-from companion.fdivergence import (LOSS_NAMES, REGISTRY, bisect_tau, fy_loss, get_divergence,
+from companion.papers.fdiv_losses.fdivergence import (LOSS_NAMES, REGISTRY, bisect_tau, fy_loss, get_divergence,
                                    primal_value, softargmax, softmax_value, fy_loss_value)
 from companion.models.mlp import FeatureMLP, fit
 from companion.models.tiny_lm import tiny_gpt2

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.data import logistic_sco as lr
+from companion.papers.dp_fl_partial import logistic_sco as lr
 from companion.params import BaseParams, ParamError, param
 
 MU2 = ("nc", "naive", "trusted_nc", "nonprivate_mu2")

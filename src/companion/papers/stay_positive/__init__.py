@@ -15,7 +15,7 @@ training. At test time fakes are JPEG-compressed, and reals are partially inpain
 the stage-1 detector (Base), its retrained unconstrained head (LP) and Stay-Positive (SP).
 
 Written by hand because no maintained library does them: the synthetic real/fake world
-(:mod:`companion.data.photo_patches`), the small high-pass CNN detector, the head retraining with
+(:mod:`companion.papers.stay_positive.photo_patches`), the small high-pass CNN detector, the head retraining with
 the non-negativity projection, and average precision / recall at a fixed-FPR threshold (checked
 against scikit-learn in the tests). JPEG is Pillow; networks and optimizers are PyTorch.
 """
@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.data import photo_patches as pp
+from companion.papers.stay_positive import photo_patches as pp
 from companion.params import BaseParams, ParamError, param
 from companion.plotting import figure, mean_sd_line
 

@@ -38,8 +38,8 @@ from torch import Tensor
 
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.data.docstring_corpus import sample_windows, split_tokens, tiled_windows
-from companion.models.byte_lm import block_mlp, byte_gpt2, mean_ce, mlp_io, train_byte_lm
+from companion.papers.jsae.docstring_corpus import sample_windows, split_tokens, tiled_windows
+from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, mlp_io, train_byte_lm
 from companion.models.topk_sae import TopKSAE, constrained_step, fvu
 from companion.params import BaseParams, ParamError, param
 from companion.plotting import figure

@@ -30,7 +30,7 @@ from sklearn.covariance import EmpiricalCovariance
 
 from companion import claims, runtime
 from companion.claims import Claim, Verdict
-from companion.data import digits_ood
+from companion.papers.ood_dcc import digits_ood
 from companion.models.mlp import extract, train_mlp
 from companion.params import BaseParams, ParamError, param
 from companion.plotting import figure, mean_sd_line

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import GPT2LMHeadModel
 
-from companion.data.docstring_corpus import sample_windows
+from companion.papers.jsae.docstring_corpus import sample_windows
 from companion.models.tiny_lm import tiny_gpt2
 
 Replace = Callable[[Tensor], Tensor]

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from transformers import GPT2LMHeadModel
 
-from companion.models.weight_deltas import with_deltas
+from companion.papers.extractive_structures.weight_deltas import with_deltas
 
 LossFn = Callable[[Tensor], Tensor]  # logits (B, T, V) -> per-example loss (B,)
 Trace = dict[str, list[Tensor]]

@@ -13,7 +13,7 @@ margin adjustment m' = m + Delta_test - Delta_u.
 
 Written by hand because no maintained library provides them: the signal extraction, the
 vectorized Welch non-inferiority test and the decision metrics (shared, in
-``companion.noninferiority``; checked against scipy and statsmodels in the tests), the fold-pair
+``companion.papers.suitability_filter.noninferiority``; checked against scipy and statsmodels in the tests), the fold-pair
 protocol and the margin adjustment. scikit-learn provides the estimator, calibration and
 the AUC metrics; scipy provides the t distribution.
 """
@@ -43,9 +43,9 @@ from tqdm import tqdm
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.data.domain_mixture import MixtureTask, make_task, sample, unit_vector
+from companion.papers.suitability_filter.domain_mixture import MixtureTask, make_task, sample, unit_vector
 from companion.models.mlp import FeatureMLP, fit, logits
-from companion.noninferiority import (VAR_FLOOR, adjusted_margin, binned_rates, calibration_bias,  # noqa: F401
+from companion.papers.suitability_filter.noninferiority import (VAR_FLOOR, adjusted_margin, binned_rates, calibration_bias,  # noqa: F401
                                       decision_metrics, welch_moments, welch_noninferiority)
 from companion.params import BaseParams, ParamError, param
 

@@ -1,7 +1,7 @@
 """Feedback from voters and winner estimation: improvement and pairwise answers, counts, estimators.
 
 Vectorised over repetitions and voters: a batch of profiles is an integer array of shape
-``(reps, n, m)`` (``r[p]`` = candidate at position p, 0 = top, see :mod:`companion.data.rankings`).
+``(reps, n, m)`` (``r[p]`` = candidate at position p, 0 = top, see :mod:`companion.papers.improvement_feedback.rankings`).
 Every voter gives one answer. Improvement feedback: the voter is shown a uniformly random
 candidate and answers with a candidate at most ``t`` positions above it (itself if it is the top),
 with position-only answer weights ``unif`` / ``lin`` / ``exp``. Pairwise feedback: the voter
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from companion.data import rankings as rk
+from companion.papers.improvement_feedback import rankings as rk
 
 
 def window_probs(k: int, kind: str) -> np.ndarray:
