@@ -112,6 +112,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2502.18147",
             "pmlr-v267-farnik25a",
         ),
+        Paper(
+            "adversarial-curation",
+            "Self-Consuming Generative Models with Adversarially Curated Data",
+            "Xiukun Wei, Xueru Zhang",
+            "https://arxiv.org/abs/2505.09768",
+            "wei2025adversarialcuration",
+        ),
     ]
 }
 
