@@ -1,0 +1,91 @@
+"""DPO in the tabular case, the exact KL shell, and ordering discordance.
+
+DPO's loss on pairs (y_w, y_l) with weights ``C[y_w, y_l]`` (empirical pair frequencies, or
+``p_ref p_ref^T * P`` for the population) is ``sum C softplus(-beta (u_w - u_l))`` with
+``u = log p_theta - log p_ref``; the log-normaliser cancels, so it depends on the logits only
+through differences. Everything is vectorised over a leading axis of independent instances.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit
+
+from companion.papers.win_rate.preferences import kl, policy
+
+
+def pair_weights(winners: np.ndarray, losers: np.ndarray, K: int) -> np.ndarray:
+    """Empirical frequency matrix ``C[w, l]`` of n (winner, loser) pairs: (K, K), sums to 1."""
+    C = np.zeros((K, K))
+    np.add.at(C, (winners, losers), 1.0)
+    return C / len(winners)
+
+
+def population_weights(P: np.ndarray, p_ref: np.ndarray) -> np.ndarray:
+    """Population pair weights ``p_ref(y) p_ref(y') P[y, y']``: (..., K, K), sums to 1."""
+    return p_ref[..., :, None] * p_ref[..., None, :] * P
+
+
+def dpo_loss(log_p: np.ndarray, log_ref: np.ndarray, C: np.ndarray, beta: float) -> np.ndarray:
+    """DPO loss ``sum C[w,l] softplus(-beta (u_w - u_l))`` (log-sigmoid form, no overflow): (...)."""
+    u = log_p - log_ref
+    z = beta * (u[..., :, None] - u[..., None, :])
+    return np.sum(C * np.logaddexp(0.0, -z), axis=(-2, -1))
+
+
+def dpo_grad(theta: np.ndarray, log_ref: np.ndarray, C: np.ndarray, beta: float) -> np.ndarray:
+    """Gradient of :func:`dpo_loss` with respect to the softmax logits theta: (..., K)."""
+    u = theta - log_ref
+    S = C * expit(-beta * (u[..., :, None] - u[..., None, :]))
+    return -beta * (S.sum(axis=-1) - S.sum(axis=-2))
+
+
+def train_dpo(log_ref: np.ndarray, C: np.ndarray, beta: float, lr: float, steps: int, record_every: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Full-batch gradient descent on the logits from ``log p_ref``.
+
+    Returns the final logits (..., K), the recorded step numbers (T,) and the recorded logits (T, ..., K),
+    step 0 included.
+    """
+    theta = log_ref.copy()
+    steps_at, thetas = [0], [theta.copy()]
+    for t in range(1, steps + 1):
+        theta = theta - lr * dpo_grad(theta, log_ref, C, beta)
+        if t % record_every == 0:
+            steps_at.append(t)
+            thetas.append(theta.copy())
+    return theta, np.array(steps_at), np.stack(thetas)
+
+
+def shell_policies(rng: np.random.Generator, p_ref: np.ndarray, kappa: float, n: int, iters: int = 200
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """n policies ``softmax(log p_ref + c xi)`` with c found by bisection so that ``KL(p || p_ref) = kappa``.
+
+    Returns the policies (n, K) and their KL (n,). KL grows monotonically in c >= 0 along each ray.
+    """
+    log_ref = np.log(p_ref)
+    xi = rng.standard_normal((n, len(p_ref)))
+
+    def kl_at(c: np.ndarray) -> np.ndarray:
+        return kl(policy(log_ref + c[:, None] * xi), p_ref)
+
+    lo, hi = np.zeros(n), np.ones(n)
+    while np.any(kl_at(hi) < kappa):
+        hi = np.where(kl_at(hi) < kappa, 2 * hi, hi)
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        below = kl_at(mid) < kappa
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        if np.max(hi - lo) < 1e-15:
+            break
+    c = 0.5 * (lo + hi)
+    p = policy(log_ref + c[:, None] * xi)
+    return p, kl(p, p_ref)
+
+
+def discordance(a: np.ndarray, b: np.ndarray) -> float:
+    """Fraction of pairs i < j that a and b order oppositely, ``(1 - Kendall tau_a) / 2`` without ties."""
+    sa = np.sign(a[:, None] - a[None, :])
+    sb = np.sign(b[:, None] - b[None, :])
+    iu = np.triu_indices(len(a), 1)
+    return float(np.mean((sa * sb)[iu] < 0))
