@@ -1,0 +1,232 @@
+"""Unit checks of the win-rate reproduction: exact win rates, SFT, WRO optimum, DPO, KL shell, REINFORCE, E4."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import statsmodels.api as sm
+import torch
+from scipy.stats import kendalltau
+
+from companion.papers import win_rate as paper
+from companion.papers.win_rate import dpo, experiments as ex, mlp_policy, policy_gradient as pg, sft, wro
+from companion.papers.win_rate import preferences as pr
+from companion.params import ParamError
+
+
+@pytest.fixture
+def instance() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A BT prompt with K = 8: rewards, p_ref, P."""
+    return pr.tabular_instance(np.random.default_rng(0), 8, 1.0)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+def test_preferences_antisymmetric_and_reference_wins_half(gamma: float) -> None:
+    r, p_ref, P = pr.tabular_instance(np.random.default_rng(1), 10, 1.0, gamma)
+    np.testing.assert_allclose(P + P.T, 1.0, atol=1e-15)
+    np.testing.assert_allclose(np.diag(P), 0.5, atol=1e-15)
+    assert abs(pr.win_rate(p_ref, P, p_ref) - 0.5) < 1e-15
+    if gamma > 0:  # intransitive: not a BT matrix of any rewards
+        assert np.abs(P - pr.bt_matrix(wro.bt_fit(P, np.outer(p_ref, p_ref)))).max() > 1e-3
+
+
+def test_win_rate_is_linear_in_the_policy(instance) -> None:
+    _, p_ref, P = instance
+    rng = np.random.default_rng(2)
+    a, b = pr.policy(rng.normal(size=(2, 8)))
+    lam = 0.3
+    assert np.isclose(pr.win_rate(lam * a + (1 - lam) * b, P, p_ref),
+                      lam * pr.win_rate(a, P, p_ref) + (1 - lam) * pr.win_rate(b, P, p_ref), atol=1e-15)
+    # the per-response win rate of a point mass is a row of P averaged under the anchor
+    assert np.isclose(pr.win_rate(np.eye(8)[3], P, p_ref), P[3] @ p_ref)
+
+
+def test_contextual_instance_shapes_and_scale() -> None:
+    phi, r, p_ref, P = pr.contextual_instance(np.random.default_rng(3), 500, 6, 16)
+    assert phi.shape == (500, 6) and p_ref.shape == (500, 16) and P.shape == (500, 16, 16)
+    np.testing.assert_allclose(p_ref.sum(-1), 1.0)
+    assert 0.7 < r.std() < 1.3  # unit-variance rewards per (x, y)
+
+
+def test_sft_optimum_sums_to_one_and_identity(instance) -> None:
+    _, p_ref, P = instance
+    p_sft = sft.sft_optimum(P, p_ref)
+    assert abs(p_sft.sum() - 1.0) < 1e-14
+    assert abs(pr.win_rate(p_sft, P, p_ref) - sft.sft_identity(P, p_ref)) < 1e-14
+    # below the WRO limit and above 1/2
+    assert 0.5 < pr.win_rate(p_sft, P, p_ref) < sft.wro_limit(P, p_ref)
+
+
+def test_trained_sft_matches_winner_distribution(instance) -> None:
+    _, p_ref, P = instance
+    p_hat = sft.trained_sft(np.random.default_rng(4), P, p_ref, 400_000)
+    assert pr.tv(p_hat, sft.sft_optimum(P, p_ref)) < 0.005
+    rounds = sft.iterated_sft(P, p_ref, 3)
+    np.testing.assert_allclose(rounds[0], sft.sft_optimum(P, p_ref))
+    np.testing.assert_allclose(rounds[1], sft.sft_optimum(P, rounds[0]))
+
+
+@pytest.mark.parametrize("h", ["id", "log", "logit"])
+def test_closed_form_optimum_is_the_gradient_ascent_fixed_point(instance, h: str) -> None:
+    _, p_ref, P = instance
+    R = pr.h_reward(P, p_ref, h)
+    p_star = wro.closed_form_optimum(p_ref, R, 0.5)
+    p_ga, iters = wro.gradient_ascent(p_ref, R, 0.5)
+    assert iters < 200_000
+    assert pr.tv(p_star, p_ga) < 1e-6
+    # and it is the maximiser: random perturbations lower the objective
+    rng = np.random.default_rng(5)
+    others = pr.policy(np.log(p_star) + 0.1 * rng.normal(size=(50, 8)))
+    assert np.all(wro.objective(others, R, p_ref, 0.5) < wro.objective(p_star, R, p_ref, 0.5))
+
+
+def test_logit_reward_under_bt_is_centred_reward(instance) -> None:
+    r, p_ref, P = instance
+    np.testing.assert_allclose(pr.h_reward(P, p_ref, "logit"), r - r @ p_ref, atol=1e-9)
+
+
+def test_population_dpo_minimiser_under_bt(instance) -> None:
+    r, p_ref, P = instance
+    beta = 0.5
+    theta, _, _ = dpo.train_dpo(np.log(p_ref), dpo.population_weights(P, p_ref), beta, 50.0, 20_000, 20_000)
+    assert pr.tv(pr.policy(theta), pr.policy(np.log(p_ref) + r / beta)) < 1e-5
+
+
+def test_dpo_gradient_matches_finite_differences(instance) -> None:
+    _, p_ref, P = instance
+    rng = np.random.default_rng(6)
+    C = dpo.population_weights(P, p_ref)
+    theta = np.log(p_ref) + rng.normal(size=8)
+    g = dpo.dpo_grad(theta, np.log(p_ref), C, 0.3)
+    eps = 1e-6
+    fd = [(dpo.dpo_loss(pr.log_policy(theta + eps * e), np.log(p_ref), C, 0.3)
+           - dpo.dpo_loss(pr.log_policy(theta - eps * e), np.log(p_ref), C, 0.3)) / (2 * eps) for e in np.eye(8)]
+    np.testing.assert_allclose(g, fd, atol=1e-8)
+
+
+def test_bt_fit_recovers_rewards(instance) -> None:
+    r, p_ref, P = instance
+    r_hat = wro.bt_fit(P, np.outer(p_ref, p_ref))
+    assert np.max(np.abs(r_hat - (r - r.mean()))) < 1e-6
+
+
+def test_kl_shell_is_exact_and_discordance_matches_kendall() -> None:
+    rng = np.random.default_rng(7)
+    _, p_ref, P = pr.tabular_instance(rng, 12, 1.0)
+    p, kls = dpo.shell_policies(rng, p_ref, 0.3, 30)
+    assert np.max(np.abs(kls - 0.3)) < 1e-9
+    np.testing.assert_allclose(kls, pr.kl(p, p_ref))
+    a, b = pr.win_rate(p, P, p_ref), -dpo.dpo_loss(np.log(p), np.log(p_ref), dpo.population_weights(P, p_ref), 0.1)
+    assert np.isclose(dpo.discordance(a, b), (1 - kendalltau(a, b).statistic) / 2, atol=1e-12)
+    assert dpo.discordance(a, a) == 0.0 and dpo.discordance(a, -a) == 1.0
+
+
+def test_reinforce_estimator_is_unbiased() -> None:
+    rng = np.random.default_rng(8)
+    phi, _, p_ref, P = pr.contextual_instance(rng, 5, 3, 4)
+    log_ref = np.log(p_ref)
+    hP = pr.H_FUNCTIONS["logit"](np.clip(P, pr.CLIP, 1 - pr.CLIP))[None]
+    theta = rng.normal(size=(3, 4)) * 0.5
+    n = 20_000
+    draws = pg.reinforce_gradient(np.broadcast_to(theta, (n, 3, 4)).copy(), phi, log_ref, hP,
+                                  np.zeros(n, int), np.full(n, 0.1), 4, rng)
+    exact = pg.exact_gradient(theta, phi, log_ref, pr.win_vector(hP[0], p_ref), np.array(0.1))
+    se = draws.std(axis=0) / np.sqrt(n)
+    assert np.all(np.abs(draws.mean(axis=0) - exact) < 4 * se)
+
+
+def test_exact_gradient_matches_finite_differences() -> None:
+    rng = np.random.default_rng(9)
+    phi, _, p_ref, P = pr.contextual_instance(rng, 7, 2, 5)
+    R = pr.h_reward(P, p_ref, "log")
+    theta, beta = rng.normal(size=(2, 5)), np.array(0.2)
+    g = pg.exact_gradient(theta, phi, np.log(p_ref), R, beta)
+    eps = 1e-6
+    for i, j in [(0, 0), (1, 3), (0, 4)]:
+        e = np.zeros_like(theta)
+        e[i, j] = eps
+        fd = (pg.objective(theta + e, phi, np.log(p_ref), R, beta)
+              - pg.objective(theta - e, phi, np.log(p_ref), R, beta)) / (2 * eps)
+        assert abs(g[i, j] - fd) < 1e-8
+
+
+def test_softmax_and_dpo_loss_stable_for_large_logits() -> None:
+    z = np.array([50.0, -50.0, 0.0, 49.0])
+    assert np.all(np.isfinite(pr.log_policy(z))) and abs(pr.policy(z).sum() - 1) < 1e-15
+    log_ref = pr.log_policy(np.zeros(4))
+    C = np.full((4, 4), 1 / 16)
+    for scale in (1e3, -1e3):
+        theta = np.array([scale, 0.0, 0.0, -scale])
+        assert np.isfinite(dpo.dpo_loss(pr.log_policy(theta), log_ref, C, 1.0))
+        assert np.all(np.isfinite(dpo.dpo_grad(theta, log_ref, C, 1.0)))
+
+
+def test_r_squared_matches_statsmodels() -> None:
+    rng = np.random.default_rng(10)
+    s = rng.uniform(size=60)
+    labels = rng.choice(["a", "b", "c"], size=60)
+    y = 0.3 * s + 0.2 * s ** 2 + (labels == "b") * 0.1 + rng.normal(0, 0.05, 60)
+    X = np.column_stack([s, s ** 2])
+    assert np.isclose(pg.r_squared(y, X), sm.OLS(y, sm.add_constant(X)).fit().rsquared, atol=1e-12)
+    D = pg.one_hot(labels)
+    assert D.shape == (60, 2)
+    assert np.isclose(pg.r_squared(y, D), sm.OLS(y, sm.add_constant(D)).fit().rsquared, atol=1e-12)
+
+
+def test_nlhf_equilibrium_is_wro_against_itself() -> None:
+    _, p_ref, P = pr.tabular_instance(np.random.default_rng(11), 10, 1.0, gamma=1.0)
+    pi, iters = wro.nash_mirror_descent(P, p_ref, 0.1)
+    assert iters < 100_000
+    assert wro.self_play_residual(pi, P, p_ref, 0.1) < 1e-9
+
+
+def test_mlp_policy_starts_at_reference_and_trains() -> None:
+    rng = np.random.default_rng(12)
+    phi_np, _, p_ref_np, P_np = pr.contextual_instance(rng, 16, 3, 5)
+    phi, log_ref = torch.as_tensor(phi_np), torch.as_tensor(np.log(p_ref_np))
+    model = mlp_policy.BatchedMLP(2, 3, 8, 5, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(mlp_policy.log_probs(model, phi, log_ref)[1], log_ref)
+    R = torch.as_tensor(pr.h_reward(P_np, p_ref_np, "logit"))[None].expand(2, -1, -1)
+    beta = torch.tensor([0.1, 0.1], dtype=torch.float64)
+    star = mlp_policy.reference(phi, log_ref, R, beta, 8, 100, 0.02, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.all(mlp_policy.objective(star, phi, log_ref, R, beta)
+                         > mlp_policy.objective(model, phi, log_ref, R, beta) + 1e-3)
+
+
+def test_e4_grid_shape_and_success_range() -> None:
+    grid = ex.ParamGrid(("id", "logit"), (0.1, 0.2), (5, 20), (0.1,), (4,), 2, ref_steps=300)
+    runs = ex.e4_instance(0, 16, 3, 6, grid)
+    assert len(runs) == 2 * 2 * 2 * 1 * 1 * 2
+    assert runs["success"].between(-0.5, 1.05).all()
+    assert runs.groupby("steps")["success"].mean().is_monotonic_increasing
+
+
+def test_params_validation() -> None:
+    with pytest.raises(ParamError, match="gamma_intrans"):
+        paper.Params.resolve("quick", pref_models=("bt", "intransitive"), gamma_intrans=0.0)
+    with pytest.raises(ParamError, match="beta_list"):
+        paper.Params.resolve("quick", h_list=("id",), beta_list=(0.1,))
+    with pytest.raises(ParamError, match="pref_models"):
+        paper.Params.resolve("quick", pref_models=("intransitive",))
+    with pytest.raises(ParamError, match="batch_grid"):
+        paper.Params.resolve("quick", batch_grid=(1,))
+    with pytest.raises(ParamError, match="h_list"):
+        paper.Params.resolve("quick", h_list=("sqrt",))
+    assert paper.Params.resolve("full").seeds >= 3
+
+
+def test_smoke_run_is_deterministic_and_checks() -> None:
+    params = paper.Params.resolve("quick", smoke=True)
+    a, b = paper.run(params), paper.run(params)
+    assert paper.metrics(a)["e4_r2"] == paper.metrics(b)["e4_r2"]
+    assert paper.metrics(a)["dpo_discordance"] == paper.metrics(b)["dpo_discordance"]
+    verdicts = paper.check(a)
+    assert [v.id for v in verdicts] == [c.id for c in paper.CLAIMS]
+    ids = {v.id: v for v in verdicts}
+    assert ids["sft-identity"].verdict == "HOLDS" and ids["sft-identity"].interval is None
+    assert len(ids["dpo-discordance"].per_seed) == 3
+    other = paper.run(dataclasses.replace(params, seed=7))
+    assert paper.metrics(other)["dpo_discordance"] != paper.metrics(a)["dpo_discordance"]
