@@ -81,7 +81,7 @@ class Params(BaseParams):
         "full": {"seeds": 10, "n_train": 2000, "hidden": 64, "train_steps": 5000, "ft_steps": 500,
                  "n_val_sweep": (25, 50, 100, 200, 400, 800)},
         "paper": {"seeds": 3, "n_train": 49000, "n_val": 1000, "n_val_sweep": (125, 250, 500, 1000),
-                  "n_test": 10000, "n_classes": 10, "train_steps": 0, "ft_steps": 200, "ft_lr": 1e-3,
+                  "n_test": 10000, "n_classes": 10, "ft_steps": 200, "ft_lr": 1e-3,
                   "damping": 1e-3, "do_relabel": True},
     }
 

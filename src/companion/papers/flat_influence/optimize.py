@@ -66,3 +66,17 @@ def adam_descent(loss: LossFn, theta0: Tensor, steps: int, lr: float, method: st
         if every and (step % every == 0 or step == steps) and marks[-1][0] != step:
             marks.append((step, theta.detach().clone()))
     return theta.detach(), marks
+
+
+def newton_minimize(loss: LossFn, theta0: Tensor, tol: float = 1e-10, max_iter: int = 100) -> Tensor:
+    """Newton's method with exact ``torch.func`` Hessians until ``||grad|| < tol`` (strictly convex losses)."""
+    theta = theta0.detach().clone()
+    for _ in range(max_iter):
+        g = torch.func.grad(loss)(theta)
+        if float(g.norm()) < tol:
+            return theta
+        H = torch.func.hessian(loss)(theta)
+        theta = theta - torch.linalg.solve(H, g)
+    if float(torch.func.grad(loss)(theta).norm()) >= tol:
+        raise RuntimeError(f"Newton did not reach gradient norm {tol} in {max_iter} iterations")
+    return theta
