@@ -35,14 +35,17 @@ class ToyParams(BaseParams):
 
     fail: bool = param(False)
     level: float = param(0.7, lo=0.0, hi=1.0)
+    sleep: float = param(0.0, lo=0.0, hi=600.0)
 
 
 def toy_notebook() -> nbformat.NotebookNode:
     """Parameters, an optional failure, one claim emitted through the real claims module."""
-    params = new_code_cell('preset = "quick"\nseed = None\nseeds = None\ndevice = None\nfail = None\nlevel = None')
+    params = new_code_cell('preset = "quick"\nseed = None\nseeds = None\ndevice = None\nfail = None\nlevel = None\n'
+                           'sleep = None')
     params.metadata["tags"] = ["parameters"]
     body = new_code_cell(
         "from companion import claims\n"
+        "import time\ntime.sleep(sleep or 0)\n"
         "if fail:\n    raise ValueError('boom from the toy paper')\n"
         "level = 0.7 if level is None else level\n"
         "verdicts = claims.evaluate_all([claims.Claim('toy', 's', '1', 0.5)], {'toy': [level] * (seeds or 3)})"

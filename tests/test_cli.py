@@ -13,7 +13,8 @@ from companion import cli, registry, runner
 
 CONTRACT_KEYS = {"paper", "status", "error", "params", "claims", "metrics", "provenance"}
 CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict"}
-PROVENANCE_KEYS = {"commit", "dirty", "versions", "device", "started", "wall_seconds", "cache_key"}
+PROVENANCE_KEYS = {"commit", "dirty", "versions", "device", "threads", "paths", "started", "wall_seconds",
+                   "cache_key", "code_key"}
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -87,7 +88,7 @@ def test_sweep_writes_csv_and_png(toy_project, capsys):
 
 @pytest.mark.slow
 def test_store_refreshes_the_stored_notebook_without_volatile_metadata(toy_project):
-    from companion.runner import store
+    from companion.evidence import store
 
     assert store("toy-paper", root=toy_project)
     nb = json.loads((toy_project / "notebooks" / "toy-paper.ipynb").read_text())
@@ -95,7 +96,8 @@ def test_store_refreshes_the_stored_notebook_without_volatile_metadata(toy_proje
     counts = [c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code"]
     assert counts == list(range(1, len(counts) + 1))
     assert not any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
-    assert json.loads((toy_project / "notebooks" / "toy-paper.results.json").read_text())["status"] == "ok"
+    record = json.loads((toy_project / "data" / "results" / "toy-paper" / "quick-seed0.json").read_text())
+    assert record["status"] == "ok" and record["params"]["seed"] == 0
 
 
 def test_results_are_written_readable_by_others(tmp_path: Path) -> None:

@@ -226,4 +226,7 @@ def emit(verdicts: Sequence[Verdict], metrics: Mapping[str, Any] | None = None) 
     target = os.environ.get(OUTPUT_ENV)
     if target:
         payload = {"claims": [v.to_dict() for v in verdicts], "metrics": metrics or {}}
-        Path(target).write_text(json.dumps(_jsonable(payload), indent=1))
+        path = Path(target)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(json.dumps(_jsonable(payload), indent=1))
+        os.replace(partial, path)  # the runner reads the whole hand-off or none of it

@@ -1,20 +1,22 @@
-"""``companion list | run | sweep | status``: the command-line contract of DESIGN.md.
+"""``companion list | params | run | run-all | sweep | store | status | fetch``: DESIGN.md's contract.
 
-Exit codes: 0 the notebook(s) ran to the end (whatever the verdicts), 1 a notebook failed,
-2 a usage error (unknown paper, parameter, type or range), reported before any compute.
+Exit codes: 0 the notebook(s) ran to the end (whatever the verdicts), 1 a notebook failed or the
+disk refused a write, 2 a usage error (unknown paper, parameter, type, range or path), reported
+before any compute, 130 interrupted (the run is recorded as ``interrupted``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from companion import registry
 from companion.params import PRESET_NAMES, ParamError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -40,6 +42,11 @@ def _pairs(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _progress(args: argparse.Namespace) -> bool:
+    """Show per-cell progress only on a terminal and without --quiet."""
+    return not getattr(args, "quiet", False) and sys.stderr.isatty()
+
+
 def _print_outcome(outcome) -> None:
     from companion.claims import format_table
 
@@ -53,22 +60,62 @@ def _print_outcome(outcome) -> None:
     print(f"run folder: {outcome.folder}")
 
 
+def _counts(record: dict[str, Any]) -> str:
+    """``5 HOLDS, 1 FAILS`` for a record's claims."""
+    verdicts = [c["verdict"] for c in record["claims"]]
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in ("HOLDS", "INCONCLUSIVE", "FAILS") if v in verdicts)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    """One line per paper: slug, title, last verdicts."""
-    from companion.runner import latest
+    """One line per paper: slug, title, the stored page's verdicts; the last run on a second line."""
+    from companion.evidence import page_record
+    from companion.runner import RecordError, last_run
 
     root = registry.project_root()
     for slug, paper in registry.PAPERS.items():
-        res = latest(root, slug)
-        if res is None:
-            summary = "not run"
-        elif res["status"] != "ok":
-            summary = "last run failed"
-        else:
-            counts = [c["verdict"] for c in res["claims"]]
-            summary = ", ".join(f"{counts.count(v)} {v}" for v in ("HOLDS", "INCONCLUSIVE", "FAILS") if v in counts)
-        print(f"{slug:24s} {paper.title[:60]:60s} {summary}")
+        try:
+            page = page_record(root, slug)
+            summary = "no stored run" if page is None else f"page: {_counts(page)}"
+        except RecordError as err:
+            summary = "page record unreadable"
+            print(f"companion: {err}", file=sys.stderr)
+        print(f"{slug:24s} {paper.title[:56]:56s} {summary}")
+        last = last_run(root, slug)
+        if last is not None:
+            print(f"{'':24s} last run: {last['params'].get('preset', '?')} preset, seed "
+                  f"{last['params'].get('seed', '?')}, {last['status']}"
+                  + (f" ({_counts(last)})" if last["status"] == "ok" else ""))
     return EXIT_OK
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    """Every parameter of one paper: type, quick default, full and paper values, what is allowed."""
+    from companion.runner import params_class
+
+    paper = registry.get(args.slug)
+    cls = params_class(paper)
+    presets = {name: cls.resolve(name) for name in PRESET_NAMES}
+    doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+    print(f"{paper.slug}: {paper.title}\n{doc}\n")
+    rows = [("name", "type", "quick", "full", "paper", "allowed", "help")]
+    for name in cls.names():
+        rule, kind = cls.rule(name), cls.kind(name)
+        vals = [_short(getattr(presets[p], name)) for p in PRESET_NAMES]
+        rows.append((name, kind, *vals, rule.describe(kind), rule.help))
+    widths = [min(max(len(r[i]) for r in rows), 28) for i in range(6)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths)) + "  " + r[6])
+    what = getattr(paper.module(), "PAPER_PRESET", None)
+    if what:
+        print(f"\npaper preset: {what}")
+    return EXIT_OK
+
+
+def _short(value: Any) -> str:
+    """A parameter value in a table cell (lists comma-joined, empty string as '')."""
+    if isinstance(value, tuple):
+        return ",".join(map(str, value)) or "()"
+    return repr(value) if value == "" else str(value)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -76,7 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from companion.runner import execute
 
     outcome = execute(args.slug, args.preset, _pairs(args.param), force=args.force,
-                      out=Path(args.out) if args.out else None, log_output=args.log_output)
+                      out=Path(args.out) if args.out else None, log_output=args.log_output,
+                      progress=_progress(args))
     _print_outcome(outcome)
     return EXIT_OK if outcome.ok else EXIT_FAILED
 
@@ -93,32 +141,61 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return sweep(args.slug, args.preset, pairs, Path(args.out) if args.out else None, args.force)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    """Every paper with its last run, runtime and verdicts."""
-    from companion.runner import latest
+def status_rows(root: Path) -> list[dict[str, Any]]:
+    """Per paper, each stored record: preset, seed, status, verdicts, wall time, current, dirty."""
+    from companion import evidence
 
-    root = registry.project_root()
-    print(f"{'paper':24s} {'status':8s} {'preset':7s} {'wall s':>7s} {'started':26s} verdicts")
+    rows = []
     for slug in registry.PAPERS:
-        res = latest(root, slug)
-        if res is None:
-            print(f"{slug:24s} {'-':8s}")
-            continue
-        prov = res["provenance"]
-        verdicts = " ".join(f"{c['id']}={c['verdict']}" for c in res["claims"])
-        print(f"{slug:24s} {res['status']:8s} {res['params'].get('preset', '?'):7s} "
-              f"{prov['wall_seconds']:7.1f} {prov['started']:26s} {verdicts}")
+        records = []
+        for stored in evidence.load(root, slug):
+            if stored.record is None:
+                records.append({"file": stored.path.name, "readable": False, "error": stored.error})
+                continue
+            res, prov = stored.record, stored.record["provenance"]
+            records.append({
+                "file": stored.path.name, "readable": True, "preset": res["params"].get("preset"),
+                "seed": res["params"].get("seed"), "status": res["status"],
+                "verdicts": {c["id"]: c["verdict"] for c in res["claims"]},
+                "wall_seconds": prov.get("wall_seconds"), "started": prov.get("started"),
+                "commit": prov.get("commit"), "dirty": prov.get("dirty"), "current": stored.current,
+            })
+        rows.append({"paper": slug, "records": records})
+    return rows
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Every paper's stored records: preset, seed, status, wall time, current or stale, verdicts."""
+    rows = status_rows(registry.project_root())
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    print(f"{'paper':24s} {'record':20s} {'status':8s} {'wall s':>7s} {'code':8s} verdicts")
+    for row in rows:
+        if not row["records"]:
+            print(f"{row['paper']:24s} {'-':20s}")
+        for r in row["records"]:
+            if not r["readable"]:
+                print(f"{row['paper']:24s} {r['file']:20s} unreadable: {r['error']}")
+                continue
+            code = "current" if r["current"] else "STALE"
+            counts = _counts({"claims": [{"verdict": v} for v in r["verdicts"].values()]})
+            print(f"{row['paper']:24s} {r['file']:20s} {r['status']:8s} {r['wall_seconds'] or 0:7.1f} "
+                  f"{code:8s} {counts}")
     return EXIT_OK
 
 
 def cmd_store(args: argparse.Namespace) -> int:
-    """Re-execute notebooks at the quick preset and store them (and their results) in notebooks/."""
-    from companion.runner import store
+    """Run papers at a preset and seed and keep the records (the quick default also as the page)."""
+    from companion.evidence import store
 
     slugs = args.slugs or list(registry.PAPERS)
-    failed = [slug for slug in slugs if not store(slug, force=args.force)]
+    for slug in slugs:
+        registry.get(slug)
+    failed = [slug for slug in slugs
+              if not store(slug, args.preset, args.seed, force=args.force, progress=_progress(args))]
     for slug in failed:
-        print(f"failed: {slug} (see notebooks/{slug}.results.json)", file=sys.stderr)
+        print(f"failed: {slug} (see data/results/{slug}/)", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -126,11 +203,19 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``companion`` command."""
     parser = _Parser(prog="companion", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("list", help="list the papers and their last verdicts").set_defaults(func=cmd_list)
-    sub.add_parser("status", help="last run, runtime and verdicts per paper").set_defaults(func=cmd_status)
-    store = sub.add_parser("store", help="refresh the stored notebooks at the quick preset (make notebooks)")
-    store.add_argument("slugs", nargs="*", help="papers to refresh (default: all)")
+    sub.add_parser("list", help="the papers, their stored verdicts and last runs").set_defaults(func=cmd_list)
+    params = sub.add_parser("params", help="every parameter of one paper with its presets and range")
+    params.add_argument("slug", help="paper slug (see `companion list`)")
+    params.set_defaults(func=cmd_params)
+    status = sub.add_parser("status", help="stored records per paper: runtime, current or stale, verdicts")
+    status.add_argument("--json", action="store_true", help="print the records as JSON")
+    status.set_defaults(func=cmd_status)
+    store = sub.add_parser("store", help="run and keep stored records (make notebooks)")
+    store.add_argument("slugs", nargs="*", help="papers to store (default: all)")
+    store.add_argument("--preset", default="quick", choices=PRESET_NAMES)
+    store.add_argument("--seed", type=int, help="base seed (default: the preset's)")
     store.add_argument("--force", action="store_true", help="rerun even when a cached run matches")
+    store.add_argument("--quiet", action="store_true", help="no progress display")
     store.set_defaults(func=cmd_store)
     for name, func, helptext in (("run", cmd_run, "run one paper's notebook"),
                                  ("sweep", cmd_sweep, "sweep one parameter over a list of values")):
@@ -141,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a parameter (sweep: NAME=v1,v2,...)")
         p.add_argument("--force", action="store_true", help="rerun even when a cached run matches")
         p.add_argument("--out", help="write into this folder instead of runs/SLUG/RUN-ID")
+        p.add_argument("--quiet", action="store_true", help="no progress display")
         p.set_defaults(func=func)
         if name == "run":
             p.add_argument("--log-output", action="store_true", help="stream cell output to the log")
@@ -150,13 +236,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: parse, dispatch, and turn usage errors into one line and exit 2."""
+    """Entry point: parse, dispatch; usage errors exit 2, disk errors 1, interrupts 130, one line each."""
+    from companion.evidence import UncommittedCode
+    from companion.runner import Interrupted
+
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, ParamError, registry.UnknownPaper) as err:
+    except (UsageError, ParamError, registry.UnknownPaper, UncommittedCode) as err:
         print(f"companion: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:
         print(f"companion: error: missing dependency {err.name!r}; run `make install`", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as err:
+        where = f"; recorded in {err}" if isinstance(err, Interrupted) else ""
+        print(f"companion: interrupted{where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as err:
+        print(f"companion: error: {err.strerror or err} ({err.filename or 'no file'})", file=sys.stderr)
+        return EXIT_FAILED

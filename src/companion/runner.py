@@ -1,34 +1,49 @@
 """Execute a paper's notebook with papermill into ``runs/<slug>/<run-id>/`` and record results.
 
 The run folder holds ``notebook.ipynb`` (executed, volatile metadata stripped) and
-``results.json`` (the contract in DESIGN.md), written atomically. A content hash over the
-notebook's cells, the resolved parameters, the library source, shipped data and package versions
-keys a cache: an identical repeated run is answered from the earlier folder.
+``results.json`` (the contract in DESIGN.md). A run executes in a hidden temporary folder beside
+its final place and is renamed into place when it ends, whether it succeeded, failed or was
+interrupted (SIGINT/SIGTERM: status ``interrupted``, :class:`Interrupted` raised afterwards), so
+no reader ever sees half a run. The cache key of :mod:`companion.keys` answers an identical
+repeated run from the earlier folder.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import nbformat
 
-from companion import registry
+from companion import keys, registry
 from companion.claims import OUTPUT_ENV, _jsonable
 from companion.params import BaseParams, ParamError
 
 TIMEOUT_S = {"quick": 900, "full": 3600, "paper": 24 * 3600}
+# ipykernel warns on every start that its local TCP sockets are unencrypted; the kernel only
+# listens on 127.0.0.1 for this one process, so the warning is noise before every verdict table.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM; its folder is recorded with status ``interrupted``."""
+
+
+class RecordError(ValueError):
+    """A results record that cannot be read (corrupt JSON, missing fields)."""
 VOLATILE_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 
 
@@ -73,63 +88,56 @@ def notebook_parameters(path: Path) -> set[str]:
     raise ParamError(f"{path.name} has no cell tagged 'parameters'")
 
 
-def _hash_tree(h: "hashlib._Hash", root: Path, suffixes: tuple[str, ...] | None = None,
-               skip: Path | None = None) -> None:
-    """Feed every file under ``root`` (path and bytes, sorted) into ``h``, except under ``skip``."""
-    if not root.exists():
-        return
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if "__pycache__" in path.parts or (suffixes and path.suffix not in suffixes):
-            continue
-        if skip is not None and path.is_relative_to(skip):
-            continue
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-
-
-def cache_key(paper: registry.Paper, params: BaseParams, root: Path) -> str:
-    """Content hash of what determines a run: notebook cells, params, shared library and this
-    paper's module (other papers' modules do not matter), shipped data, package versions."""
-    h = hashlib.sha256()
-    nb = nbformat.read(paper.notebook(root), as_version=4)
-    for cell in nb.cells:
-        h.update(cell.cell_type.encode())
-        h.update(cell.source.encode())
-    h.update(json.dumps(params.to_dict(), sort_keys=True).encode())
-    library = Path(__file__).resolve().parent
-    papers = library / "papers"
-    _hash_tree(h, library, (".py",), skip=papers)
-    own = papers / (paper.module_name.rsplit(".", 1)[-1] + ".py")
-    h.update(own.read_bytes() if own.is_file() else b"")
-    _hash_tree(h, root / "data")
-    versions = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
-    h.update("\n".join(versions).encode())
-    h.update(sys.version.encode())
-    return h.hexdigest()
+def run_records(root: Path, slug: str) -> list[Path]:
+    """The results files of ``slug``'s run folders, newest first (hidden partial folders excluded)."""
+    return sorted((root / "runs" / slug).glob("[!.]*/results.json"), reverse=True)
 
 
 def find_cached(root: Path, slug: str, key: str) -> Path | None:
     """The newest earlier run folder of ``slug`` with status ok and this cache key."""
-    runs = sorted((root / "runs" / slug).glob("*/results.json"), reverse=True)
-    for path in runs:
+    for path in run_records(root, slug):
         try:
-            res = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+            res = read_record(path)
+        except RecordError:
             continue
-        if res.get("status") == "ok" and res.get("provenance", {}).get("cache_key") == key:
+        if res["status"] == "ok" and res["provenance"].get("cache_key") == key:
             return path.parent
     return None
 
 
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write JSON so that readers see the old file or the whole new one, never half."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write a file so that readers see the old file or the whole new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(_jsonable(payload), f, indent=1)
-        f.write("\n")
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results are meant to be shared
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+    """Write JSON atomically (see :func:`write_atomic`); NaN becomes null."""
+    write_atomic(path, json.dumps(_jsonable(payload), indent=1) + "\n")
+
+
+def write_notebook_atomic(nb: nbformat.NotebookNode, path: Path) -> None:
+    """Write a notebook atomically."""
+    write_atomic(path, nbformat.writes(nb) + "\n")
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """A results record; a corrupt or incomplete one raises :class:`RecordError` naming the file."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecordError(f"unreadable results record {path}: {err}") from None
+    if not isinstance(record, dict) or not {"paper", "status", "claims", "params", "provenance"} <= set(record):
+        raise RecordError(f"unreadable results record {path}: not a results record")
+    return record
 
 
 def _umask() -> int:
@@ -160,15 +168,28 @@ def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def git_state(root: Path) -> tuple[str | None, bool | None]:
-    """The current commit and whether the work tree has uncommitted changes (None outside git)."""
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
+def git_state(root: Path, covered: list[Path], notebook: Path) -> tuple[str | None, bool | None]:
+    """The current commit, and whether the source a code key covers differs from it.
+
+    ``covered`` are the modules; of the notebook only the code cells count (storing a run
+    rewrites its outputs, which is not a change of code). None, None outside git.
+    """
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=root, capture_output=True, text=True, check=True).stdout.strip())
-        return commit, dirty
-    except (OSError, subprocess.CalledProcessError):
+        commit = _git(root, "rev-parse", "HEAD").strip()
+        files = [str(p.relative_to(root)) for p in covered if p.is_relative_to(root)]
+        changed = bool(_git(root, "status", "--porcelain", "--", *files).strip()) if files else False
+        rel = str(notebook.relative_to(root))
+        try:
+            committed = nbformat.reads(_git(root, "show", f"HEAD:{rel}"), as_version=4)
+            old = [c.source for c in committed.cells if c.cell_type == "code"]
+        except subprocess.CalledProcessError:
+            old = None
+        return commit, changed or old != keys.code_cells(notebook)
+    except (OSError, ValueError, subprocess.CalledProcessError):
         return None, None
 
 
@@ -192,17 +213,62 @@ def _device_of(params: BaseParams) -> str:
         raise ParamError(f"parameter 'device': {err}") from None
 
 
-def execute(
-    slug: str,
-    preset: str = "quick",
-    raw_params: Mapping[str, str] | None = None,
-    force: bool = False,
-    out: Path | None = None,
-    root: Path | None = None,
-    log_output: bool = False,
-) -> RunOutcome:
-    """Validate, then run (or answer from cache) one paper's notebook; never raises on a failing notebook."""
-    import papermill as pm
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted` for the duration (SIGINT already raises)."""
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (a Dask worker thread): no handler to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Move a finished run folder into place: a rename, or file by file into an existing folder."""
+    if not final.exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, final)
+        return
+    for item in tmp.iterdir():
+        target = final / item.name
+        if target.is_dir() and not item.is_dir():
+            shutil.rmtree(target)
+        os.replace(item, target)
+    tmp.rmdir()
+
+
+def new_run_id(started: datetime, key: str) -> str:
+    """A run id unique per process and call: UTC time, cache-key prefix, a random suffix."""
+    return f"{started:%Y%m%dT%H%M%SZ}-{key[:8]}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated run, before any compute: the paper, its parameters and both keys."""
+
+    paper: registry.Paper
+    params: BaseParams
+    overrides: dict[str, Any]
+    device: str
+    threads: int
+    code_key: str
+    cache_key: str
+    covered: tuple[Path, ...]
+    paths: dict[str, dict[str, str]]
+    versions: dict[str, str]
+
+
+def plan(slug: str, preset: str = "quick", raw_params: Mapping[str, str] | None = None,
+         root: Path | None = None) -> Plan:
+    """Validate everything and compute the keys; raises :class:`ParamError` before any compute."""
+    from companion.runtime import thread_budget
 
     root = root or registry.project_root()
     paper, params, overrides = resolve(slug, preset, raw_params or {})
@@ -211,31 +277,94 @@ def execute(
     missing = sorted(set(overrides) - declared)
     if missing:
         raise ParamError(f"parameter {missing[0]!r} is not in the parameters cell of {notebook.name}")
-    device = _device_of(params)
-    key = cache_key(paper, params, root)
-    if not force and out is None:
-        hit = find_cached(root, slug, key)
-        if hit is not None:
-            return RunOutcome(hit, json.loads((hit / "results.json").read_text()), cached=True)
+    device, threads = _device_of(params), thread_budget()
+    values = params.to_dict()
+    code, modules, third = keys.code_key(paper.module_name, notebook, values)
+    fingerprints = keys.external_paths(values)
+    versions = keys.package_versions(third)
+    cache = keys.cache_key(code, device, threads, fingerprints, versions)
+    paths = {name: {"path": values[name], "sha256": fp} for name, fp in fingerprints.items()}
+    return Plan(paper, params, overrides, device, threads, code, cache, tuple(modules.values()),
+                paths, versions)
 
+
+def execute(
+    slug: str,
+    preset: str = "quick",
+    raw_params: Mapping[str, str] | None = None,
+    force: bool = False,
+    out: Path | None = None,
+    root: Path | None = None,
+    log_output: bool = False,
+    progress: bool = False,
+) -> RunOutcome:
+    """Validate, then run (or answer from cache) one paper's notebook; never raises on a failing
+    notebook. An interrupted run is recorded, then :class:`Interrupted` is raised."""
+    root = root or registry.project_root()
+    p = plan(slug, preset, raw_params, root)
+    if not force and out is None:
+        hit = find_cached(root, slug, p.cache_key)
+        if hit is not None:
+            return RunOutcome(hit, read_record(hit / "results.json"), cached=True)
     started = datetime.now(timezone.utc)
-    folder = out or root / "runs" / slug / f"{started:%Y%m%dT%H%M%SZ}-{key[:8]}"
-    folder.mkdir(parents=True, exist_ok=True)
+    final = out or root / "runs" / slug / new_run_id(started, p.cache_key)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
+    try:
+        status, error, emitted, wall = _execute_in(p, tmp, root, log_output, progress)
+        commit, dirty = git_state(root, list(p.covered), p.paper.notebook(root))
+        results = {
+            "paper": slug,
+            "status": status,
+            "error": error,
+            "params": p.params.to_dict(),
+            "claims": emitted["claims"],
+            "metrics": emitted["metrics"],
+            "provenance": {
+                "commit": commit,
+                "dirty": dirty,
+                "versions": p.versions,
+                "device": p.device,
+                "threads": p.threads,
+                "paths": p.paths,
+                "started": started.isoformat(timespec="seconds"),
+                "wall_seconds": round(wall, 2),
+                "cache_key": p.cache_key,
+                "code_key": p.code_key,
+            },
+        }
+        write_json_atomic(tmp / "results.json", results)
+        _publish(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if status == "interrupted":
+        raise Interrupted(str(final))
+    return RunOutcome(final, results, cached=False)
+
+
+def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
+                progress: bool) -> tuple[str, str | None, dict[str, Any], float]:
+    """Run the notebook into ``folder``: status, error, the emitted claims and metrics, wall time."""
+    import papermill as pm
+
+    notebook = p.paper.notebook(root)
     claims_file = folder / ".claims.json"
-    claims_file.unlink(missing_ok=True)
     executed = folder / "notebook.ipynb"
-    injected = {"preset": preset, **overrides}
+    injected = {"preset": p.params.preset, **p.overrides}
     injected = {k: list(v) if isinstance(v, tuple) else v for k, v in injected.items()}
     status, error = "ok", None
     previous = os.environ.get(OUTPUT_ENV)
     os.environ[OUTPUT_ENV] = str(claims_file)
     t0 = time.perf_counter()
     try:
-        pm.execute_notebook(
-            str(notebook), str(executed), parameters=injected, kernel_name="python3",
-            progress_bar=False, log_output=log_output, cwd=str(notebook.parent),
-            execution_timeout=TIMEOUT_S[preset],
-        )
+        with _sigterm_interrupts():
+            pm.execute_notebook(
+                str(notebook), str(executed), parameters=injected, kernel_name="python3",
+                progress_bar=progress, log_output=log_output, cwd=str(notebook.parent),
+                execution_timeout=TIMEOUT_S[p.params.preset], extra_arguments=KERNEL_ARGS,
+            )
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted (SIGINT or SIGTERM) before the notebook ended"
     except Exception as exc:  # a failing notebook is a result to record, not a crash
         status, error = "failed", _failure(exc)
     finally:
@@ -245,60 +374,24 @@ def execute(
         else:
             os.environ[OUTPUT_ENV] = previous
     if executed.exists():
-        nbformat.write(strip_volatile(nbformat.read(executed, as_version=4)), executed)
+        try:
+            write_notebook_atomic(strip_volatile(nbformat.read(executed, as_version=4)), executed)
+        except (ValueError, nbformat.ValidationError):
+            pass  # an interrupt can cut papermill's last write; the record says what happened
     emitted: dict[str, Any] = {"claims": [], "metrics": {}}
-    if claims_file.exists():
+    if claims_file.exists() and status == "ok":
         emitted = json.loads(claims_file.read_text())
-        claims_file.unlink()
     elif status == "ok":
         status, error = "failed", "the notebook finished without emitting its claims (claims.emit)"
-    from companion.runtime import versions
-
-    commit, dirty = git_state(root)
-    results = {
-        "paper": slug,
-        "status": status,
-        "error": error,
-        "params": params.to_dict(),
-        "claims": emitted["claims"],
-        "metrics": emitted["metrics"],
-        "provenance": {
-            "commit": commit,
-            "dirty": dirty,
-            "versions": versions(),
-            "device": device,
-            "started": started.isoformat(timespec="seconds"),
-            "wall_seconds": round(wall, 2),
-            "cache_key": key,
-        },
-    }
-    write_json_atomic(folder / "results.json", results)
-    return RunOutcome(folder, results, cached=False)
+    claims_file.unlink(missing_ok=True)
+    return status, error, emitted, wall
 
 
-def latest(root: Path, slug: str) -> dict[str, Any] | None:
-    """The newest results record of ``slug``: its last run, else the stored notebook's record."""
-    runs = sorted((root / "runs" / slug).glob("*/results.json"), reverse=True)
-    for path in [*runs, root / "notebooks" / f"{slug}.results.json"]:
-        if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except json.JSONDecodeError:
-                continue
+def last_run(root: Path, slug: str) -> dict[str, Any] | None:
+    """The newest readable run record of ``slug`` under ``runs/`` (None when there is none)."""
+    for path in run_records(root, slug):
+        try:
+            return read_record(path)
+        except RecordError:
+            continue
     return None
-
-
-def store(slug: str, force: bool = False, root: Path | None = None) -> bool:
-    """Run ``slug`` at the quick preset and keep it as the stored notebook and results record."""
-    root = root or registry.project_root()
-    outcome = execute(slug, "quick", {}, force=force, root=root)
-    print(f"{slug}: {outcome.results['status']} in {outcome.results['provenance']['wall_seconds']:.1f} s"
-          + (" (cached)" if outcome.cached else ""))
-    if not outcome.ok:
-        print(f"  {outcome.results['error']}", file=sys.stderr)
-    elif (outcome.folder / "notebook.ipynb").is_file():
-        nb = nbformat.read(outcome.folder / "notebook.ipynb", as_version=4)
-        nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-        nbformat.write(strip_volatile(nb), registry.get(slug).notebook(root))
-    write_json_atomic(root / "notebooks" / f"{slug}.results.json", outcome.results)
-    return outcome.ok

@@ -40,6 +40,11 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def thread_budget() -> int:
+    """The cores a run may use: ``$COMPANION_THREADS`` when set (a Dask worker sets it), else all."""
+    return int(os.environ.get("COMPANION_THREADS", "0")) or cores()
+
+
 def limit_threads(n: int | None = None) -> int:
     """Cap torch's intra-op threads: ``n``, else ``$COMPANION_THREADS``, else 1.
 

@@ -10,7 +10,7 @@ import pandas as pd
 
 from companion import registry
 from companion.params import ParamError
-from companion.runner import execute, resolve
+from companion.runner import execute, resolve, write_atomic
 
 
 def grid(slug: str, preset: str, pairs: Mapping[str, str]) -> tuple[str, list[str], dict[str, str]]:
@@ -63,13 +63,16 @@ def sweep(slug: str, preset: str, pairs: Mapping[str, str], out: Path | None, fo
         if not outcome.ok:
             failed.append(f"{name}={value}: {outcome.results['error']}")
         for c in outcome.results["claims"]:
-            rows.append({name: value, "claim": c["id"], "value": c["value"], "lo": c["interval"][0],
-                         "hi": c["interval"][1], "threshold": c["threshold"], "verdict": c["verdict"],
+            lo, hi = c["interval"] or (c["value"], c["value"])  # an exact claim has no interval
+            rows.append({name: value, "claim": c["id"], "value": c["value"], "lo": lo,
+                         "hi": hi, "threshold": c["threshold"], "verdict": c["verdict"],
                          "run": str(outcome.folder)})
     table = pd.DataFrame(rows)
-    table.to_csv(out / "sweep.csv", index=False)
+    write_atomic(out / "sweep.csv", table.to_csv(index=False))
     if not table.empty:
-        plot(table, name, out / "sweep.png")
+        partial = out / ".sweep.partial.png"
+        plot(table, name, partial)
+        partial.replace(out / "sweep.png")
         print(table.pivot(index=name, columns="claim", values="verdict").to_string())
     print(f"wrote {out / 'sweep.csv'} and {out / 'sweep.png'}")
     for line in failed:

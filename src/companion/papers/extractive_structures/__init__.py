@@ -44,7 +44,7 @@ from companion.papers.extractive_structures.fact_world import BOS, World, candid
 from companion.papers.extractive_structures import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures.weight_deltas import Delta, delta_since, snapshot, with_deltas
-from companion.params import BaseParams, ParamError, param
+from companion.params import BaseParams, ParamError, local_default, param, require_path, resolve_path
 
 ORDERS = ("facts_first", "impl_first", "joint")
 CONTRAST_ORDERS = ("facts_first", "impl_first")  # joint already generalises with frozen names
@@ -89,7 +89,8 @@ class Params(BaseParams):
 
     PRESETS = {
         "full": FULL,
-        "paper": FULL,  # the toy at full scale, plus the two-hop test on the LM at model_path (required)
+        # the toy at full scale, plus the two-hop test on the LM at model_path (required)
+        "paper": {**FULL, "model_path": local_default("extractive-structures", "model")},
     }
 
     def __post_init__(self) -> None:
@@ -100,7 +101,10 @@ class Params(BaseParams):
                              f"n_cities={self.n_cities}")
         if self.replay_size > self.n_pre_names:
             raise ParamError(f"parameter 'replay_size': {self.replay_size} exceeds n_pre_names={self.n_pre_names}")
-        problem = causal_lm.model_dir_problem(self.model_path) if self.model_path else None
+        if self.preset == "paper":
+            require_path("model_path", self.model_path, "a Hugging Face causal LM folder (config.json, "
+                         "weights and tokenizer; the paper used OLMo-7B)", "dir")
+        problem = causal_lm.model_dir_problem(str(resolve_path(self.model_path))) if self.model_path else None
         if problem:
             raise ParamError(f"parameter 'model_path': {problem}; give a local folder holding a Hugging Face "
                              "causal LM and its tokenizer")
@@ -336,9 +340,6 @@ class Results:
 
 def run(params: Params) -> Results:
     """Run every seed, one worker process per core, then the pretrained-LM test if ``model_path`` is set."""
-    if params.preset == "paper" and not params.model_path:
-        raise ParamError("parameter 'model_path': the paper preset runs the paper's test on a pretrained LM; "
-                         "set model_path=<local folder of a Hugging Face causal LM>")
     runtime.limit_threads(1)  # tiny matmuls: processes over seeds use the cores better than threads
     seeds = params.seed_list()
     with tqdm(total=len(seeds), desc="seeds", disable=None, leave=False) as bar:
@@ -355,7 +356,7 @@ PAPER_LM_RANKS = {"first hop": (0.00, 0.00), "second hop": (0.00, 1.80)}
 
 def pretrained_ocr(params: Params) -> pd.DataFrame:
     """Finetune the model at ``model_path`` on each hop's 20 new facts; ranks and log-probs before and after."""
-    model, tok = causal_lm.load(params.model_path, runtime.resolve_device(params.device))
+    model, tok = causal_lm.load(str(resolve_path(params.model_path)), runtime.resolve_device(params.device))
     rng = np.random.default_rng(params.seed)
     saved = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}  # CPU: spare GPU memory
     rows = {}

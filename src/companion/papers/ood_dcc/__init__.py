@@ -32,7 +32,7 @@ from companion import claims, runtime
 from companion.claims import Claim, Verdict
 from companion.papers.ood_dcc import digits_ood
 from companion.models.mlp import extract, train_mlp
-from companion.params import BaseParams, ParamError, param
+from companion.params import BaseParams, ParamError, local_default, param, require_path, resolve_path
 from companion.plotting import figure, mean_sd_line
 
 METHODS = ("MSP", "Energy", "KNN", "Residual", "ViM", "MahaRaw", "MahaNorm", "DCC")
@@ -67,9 +67,19 @@ class Params(BaseParams):
     PRESETS = {
         "full": {"seeds": 20},
         "paper": {"seeds": 3, "residual_frac": 0.25, "knn_k": 1000, "vim_pdim_frac": 0.5,
+                  "features_dir": local_default("ood-dcc", "features"),
                   "ood_sets": ("textures", "sun", "places", "inaturalist", "imagenet_o", "openimage_o"),
                   "contamination": ("labelnoise0.1",)},
     }
+
+    def __post_init__(self) -> None:
+        real = sorted(set(self.ood_sets) & set(PAPER_SETS))
+        if real and not self.features_dir:
+            raise ParamError(f"parameter 'ood_sets': {real} are real data sets; allowed without features_dir: "
+                             f"{', '.join(digits_ood.OOD_SETS)}")
+        if self.features_dir or self.preset == "paper":
+            require_path("features_dir", self.features_dir, "a folder of cached features (<set>_feats.npy, "
+                         "<set>_logits.npy, train_labels.npy, head_W.npy, head_b.npy)", "dir")
 
 
 # ----------------------------------------------------------------------------- scores
@@ -238,7 +248,7 @@ def digits_bank(params: Params, seed: int) -> Bank:
 
 def cached_bank(folder: str, names: tuple[str, ...]) -> Bank:
     """Real features cached as ``<set>_logits.npy`` / ``<set>_feats.npy`` (sets: train, test, OOD names)."""
-    root = Path(folder)
+    root = resolve_path(folder)
 
     def load(s: str) -> tuple[np.ndarray, np.ndarray]:
         return (np.load(root / f"{s}_logits.npy").astype(np.float64),
@@ -350,9 +360,6 @@ def run_seed(params: Params, seed: int) -> dict[str, Any]:
 def run(params: Params) -> Results:
     """Run every seed of ``params`` and collect the tables."""
     runtime.limit_threads(1)  # tiny matrices: a second thread costs more CPU than it saves
-    real = set(params.ood_sets) & set(PAPER_SETS)
-    if real and not params.features_dir:
-        raise ParamError(f"OOD sets {sorted(real)} are real data: set features_dir=<folder of cached features>")
     outs = {s: run_seed(params, s) for s in params.seed_list()}
     first = outs[params.seed]
     keys = ("exact_err", "frac_A_gt1", "frac_decrease", "frac_negative", "median_A")

@@ -1,0 +1,218 @@
+"""Runs that end cleanly: interrupts, unique run ids, atomic files, disk errors, corrupt records, keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from companion import book, cli, evidence, keys, registry, runner
+
+ROOT = registry.project_root()
+
+
+def _kill_after(seconds: float, signum: int) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signum))
+    timer.start()
+    return timer
+
+
+def _leftovers(project: Path) -> list[Path]:
+    return [p for p in (project / "runs" / "toy-paper").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_is_recorded_exits_130_and_leaves_nothing_half_written(toy_project, capsys, signum):
+    timer = _kill_after(4.0, signum)
+    try:
+        assert cli.main(["run", "toy-paper", "-p", "sleep=60"]) == 130
+    finally:
+        timer.cancel()
+    assert "interrupted" in capsys.readouterr().err
+    records = list((toy_project / "runs" / "toy-paper").glob("*/results.json"))
+    assert len(records) == 1 and not _leftovers(toy_project)
+    res = json.loads(records[0].read_text())
+    assert res["status"] == "interrupted" and res["claims"] == []
+    assert cli.main(["run", "toy-paper"]) == 0
+
+
+def test_run_ids_are_unique_within_a_second():
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    ids = {runner.new_run_id(now, "abcdef0123") for _ in range(200)}
+    assert len(ids) == 200
+
+
+def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    target = tmp_path / "sweep.csv"
+    runner.write_atomic(target, "old\n")
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device", str(dst))
+
+    monkeypatch.setattr(runner.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        runner.write_atomic(target, "new\n")
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["sweep.csv"]
+
+
+def test_a_disk_error_is_one_line_and_exit_1(toy_project, capsys):
+    blocker = toy_project / "a-file"
+    blocker.write_text("")
+    assert cli.main(["run", "toy-paper", "--out", str(blocker / "run")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("companion: error:") and "a-file" in err
+
+
+def test_a_corrupt_record_is_named_and_skipped_by_status_list_and_book(toy_project, capsys):
+    folder = toy_project / "data" / "results" / "toy-paper"
+    folder.mkdir(parents=True)
+    (folder / "quick-seed0.json").write_text('{"paper": "toy-paper", "status": "ok", "cla')
+    bad_run = toy_project / "runs" / "toy-paper" / "20260101T000000Z-x"
+    bad_run.mkdir(parents=True)
+    (bad_run / "results.json").write_text("not json")
+    assert cli.main(["status"]) == 0
+    assert "unreadable" in capsys.readouterr().out
+    assert cli.main(["list"]) == 0
+    captured = capsys.readouterr()
+    assert "page record unreadable" in captured.out and "quick-seed0.json" in captured.err
+    assert book.stored_results(toy_project) == {"toy-paper": book.UNREADABLE}
+    assert "unreadable" in book.status_markdown(book.stored_results(toy_project))
+    assert runner.last_run(toy_project, "toy-paper") is None
+
+
+def test_params_lists_every_parameter_with_type_default_and_range(capsys):
+    assert cli.main(["params", "jsae"]) == 0
+    out = capsys.readouterr().out
+    cls = registry.get("jsae").module().Params
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    for name in cls.names():
+        assert name in lines, name
+        rule, kind = cls.rule(name), cls.kind(name)
+        assert kind in lines[name] and rule.describe(kind).split()[0] in lines[name]
+    assert "int in [1, 64]" in lines["seeds"] and "one of auto, cpu, cuda" in lines["device"]
+
+
+@pytest.mark.parametrize("slug", list(registry.PAPERS))
+def test_notebook_parameters_cell_lists_exactly_the_schema_all_none(slug):
+    import nbformat
+
+    paper = registry.get(slug)
+    nb = nbformat.read(paper.notebook(ROOT), as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assignments = {}
+    for line in cell.source.splitlines():
+        head = line.split("#", 1)[0]
+        if "=" in head:
+            name, value = (part.strip() for part in head.split("=", 1))
+            assignments[name] = value
+    assert set(assignments) == {"preset", *paper.module().Params.names()}
+    assert assignments.pop("preset") == '"quick"'
+    assert set(assignments.values()) == {"None"}
+
+
+def _paper_preset_needs_a_path(slug: str) -> str | None:
+    """The first path parameter that the paper preset refuses when nothing is at its default place."""
+    cls = registry.get(slug).module().Params
+    try:
+        cls.resolve("paper")
+    except runner.ParamError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.parametrize("slug", list(registry.PAPERS))
+def test_paper_presets_without_their_path_are_refused_before_compute(slug, capsys):
+    message = _paper_preset_needs_a_path(slug)
+    names = registry.get(slug).module().Params.names()
+    path_params = [n for n in names if n.endswith(keys.PATH_SUFFIXES)]
+    if not path_params:
+        assert message is None
+        return
+    assert message is not None and any(f"'{n}'" in message for n in path_params)
+    t0 = time.perf_counter()
+    assert cli.main(["run", slug, "--preset", "paper"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "data/README.md" in err
+    assert time.perf_counter() - t0 < 20
+
+
+def test_shared_modules_serve_at_least_two_papers():
+    importers: dict[str, set[str]] = {}
+    for slug, paper in registry.PAPERS.items():
+        package = paper.module_name
+        modules, _ = keys.closure([package], package)
+        for name in modules:
+            if name.startswith(("companion.models.", "companion.data.")):
+                importers.setdefault(name, set()).add(slug)
+    shared = [p for sub in ("models", "data") for p in (ROOT / "src" / "companion" / sub).glob("*.py")
+              if p.stem != "__init__"]
+    for path in shared:
+        name = f"companion.{path.parent.name}.{path.stem}"
+        assert len(importers.get(name, ())) >= 2, f"{name} serves {sorted(importers.get(name, ()))}"
+
+
+def test_framework_modules_import_no_paper():
+    for name in ("cli", "runner", "params", "claims", "registry", "runtime", "sweep", "book", "plotting",
+                 "keys", "evidence", "bench"):
+        _, imported = keys._module_imports(f"companion.{name}")
+        assert not any(m.startswith("companion.papers.") for m in imported), name
+
+
+@pytest.mark.slow
+def test_editing_book_py_changes_no_key_but_editing_a_paper_does(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "companion", src / "companion",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(src)!r})\n"
+        "from companion import keys, registry\n"
+        f"root = __import__('pathlib').Path({str(ROOT)!r})\n"
+        "out = {}\n"
+        "for slug in ['ood-dcc', 'jsae', 'fdiv-losses']:\n"
+        "    p = registry.get(slug)\n"
+        "    params = p.module().Params.resolve('quick').to_dict()\n"
+        "    out[slug] = keys.code_key(p.module_name, p.notebook(root), params)[0]\n"
+        "print(json.dumps(out))\n"
+    )
+
+    def codes() -> dict[str, str]:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    before = codes()
+    with (src / "companion" / "book.py").open("a") as f:
+        f.write("\n# an edit of the book\n")
+    with (src / "companion" / "registry.py").open("a") as f:
+        f.write("\n# a paper registered\n")
+    assert codes() == before
+    with (src / "companion" / "papers" / "ood_dcc" / "digits_ood.py").open("a") as f:
+        f.write("\n# an edit of ood-dcc's data\n")
+    after = codes()
+    assert after["ood-dcc"] != before["ood-dcc"]
+    assert after["jsae"] == before["jsae"] and after["fdiv-losses"] == before["fdiv-losses"]
+    with (src / "companion" / "models" / "tiny_lm.py").open("a") as f:
+        f.write("\n# an edit of a shared model\n")
+    shared = codes()
+    assert shared["jsae"] != before["jsae"] and shared["fdiv-losses"] != before["fdiv-losses"]
+    assert shared["ood-dcc"] == after["ood-dcc"]
+
+
+def test_external_paths_are_fingerprinted_by_content(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "w.bin").write_bytes(b"\x00" * 10)
+    first = keys.external_paths({"model_path": str(tmp_path / "m"), "seeds": 3})
+    (tmp_path / "m" / "w.bin").write_bytes(b"\x01" * 10)
+    second = keys.external_paths({"model_path": str(tmp_path / "m"), "seeds": 3})
+    assert set(first) == {"model_path"} and first != second
+    assert keys.external_paths({"model_path": ""}) == {}
