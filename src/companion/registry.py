@@ -119,6 +119,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2505.09768",
             "wei2025adversarialcuration",
         ),
+        Paper(
+            "win-rate",
+            "Preference learning made easy: Everything should be understood through win rate",
+            "Lily H. Zhang, Rajesh Ranganath",
+            "https://arxiv.org/abs/2502.10505",
+            "zhang2025winrate",
+        ),
     ]
 }
 
