@@ -310,6 +310,7 @@ def execute(
     final = out or root / "runs" / slug / new_run_id(started, p.cache_key)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700; run folders are meant to be shared
     try:
         status, error, emitted, wall = _execute_in(p, tmp, root, log_output, progress)
         commit, dirty = git_state(root, list(p.covered), p.paper.notebook(root))
