@@ -1,8 +1,10 @@
-"""A TopK sparse autoencoder with unit-norm decoder rows (SAELens conventions, row vectors).
+"""TopK sparse autoencoders in two conventions: SAELens (:class:`TopKSAE`, used by jsae) and
+``overcomplete`` (:class:`BatchNormTopKSAE` with :func:`auxk_l1_loss`, used by usae).
 
-pre = x W_enc + b_enc;  s = ReLU(TopK_k(pre));  x_hat = s W_dec + b_dec. There is no ``b_dec``
-subtraction at the input. Decoder rows are kept at unit norm: the gradient component parallel to
-each row is removed before an optimiser step and the rows are renormalised after it.
+TopKSAE, row vectors: pre = x W_enc + b_enc;  s = ReLU(TopK_k(pre));  x_hat = s W_dec + b_dec.
+There is no ``b_dec`` subtraction at the input. Decoder rows are kept at unit norm: the gradient
+component parallel to each row is removed before an optimiser step and the rows are renormalised
+after it.
 """
 
 from __future__ import annotations
@@ -84,3 +86,62 @@ def constrained_step(saes: Sequence[TopKSAE], opt: torch.optim.Optimizer) -> Non
 def fvu(x: Tensor, x_hat: Tensor) -> float:
     """Fraction of variance unexplained: sum |x_hat - x|^2 / sum |x - mean(x)|^2."""
     return float(((x_hat - x) ** 2).sum() / ((x - x.mean(0)) ** 2).sum())
+
+
+class BatchNormTopKSAE(nn.Module):
+    """The ``overcomplete`` TopK SAE (as in the USAE code): BatchNorm encoder, normalised dictionary.
+
+    pre = BN(x W + b);  z = TopK_k(ReLU(pre));  x_hat = z D with the rows of D projected onto the
+    unit sphere every time it is used (``get_dictionary``); no decoder bias. The encoder Linear has
+    PyTorch's default init and D starts as a standard normal matrix, both drawn from ``gen``.
+    """
+
+    def __init__(self, d: int, n: int, k: int, gen: torch.Generator) -> None:
+        super().__init__()
+        if not 1 <= k <= n:
+            raise ValueError(f"k={k} must be in [1, n={n}]")
+        self.k = k
+        self.linear = nn.Linear(d, n)
+        bound = 1.0 / d ** 0.5
+        with torch.no_grad():
+            # nn.Linear's default (kaiming-uniform with a=sqrt(5)) is uniform(+-1/sqrt(d)).
+            self.linear.weight.uniform_(-bound, bound, generator=gen)
+            self.linear.bias.uniform_(-bound, bound, generator=gen)
+        self.norm = nn.BatchNorm1d(n)
+        self.weights = nn.Parameter(torch.randn(n, d, generator=gen))
+
+    def get_dictionary(self) -> Tensor:
+        """The dictionary D (n, d), every row scaled to unit L2 norm (+1e-8)."""
+        return self.weights / (self.weights.norm(dim=1, keepdim=True) + 1e-8)
+
+    def encode(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Pre-codes BN(x W + b) and sparse codes TopK_k(ReLU(pre)), each (batch, n)."""
+        pre = self.norm(self.linear(x))
+        codes = torch.relu(pre)
+        top = codes.topk(self.k, dim=-1)
+        return pre, torch.zeros_like(codes).scatter(-1, top.indices, top.values)
+
+    def decode(self, z: Tensor) -> Tensor:
+        """Reconstruction z D, (batch, d)."""
+        return z @ self.get_dictionary()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Reconstruct ``x`` through the TopK bottleneck."""
+        return self.decode(self.encode(x)[1])
+
+
+def auxk_l1_loss(x: Tensor, x_hat: Tensor, pre: Tensor, z: Tensor, dictionary: Tensor,
+                 penalty: float = 0.1) -> Tensor:
+    """``overcomplete``'s top_k_auxiliary_loss_L1: mean|x - x_hat| + penalty * mean|r - z_aux D|.
+
+    r = x - x_hat; z_aux keeps the n // 2 largest entries of ReLU(pre) - z, the best codes the
+    TopK did not select, so that dead codes get a gradient through the residual.
+    """
+    residual = x - x_hat
+    loss = residual.abs().mean()
+    if penalty == 0:
+        return loss
+    unselected = torch.relu(pre) - z
+    top = unselected.topk(unselected.shape[1] // 2, dim=1)
+    z_aux = torch.zeros_like(z).scatter(-1, top.indices, top.values)
+    return loss + penalty * (residual - z_aux @ dictionary).abs().mean()

@@ -1,0 +1,115 @@
+"""One seed of the experiment: train the USAE and its controls on aligned activations, score them.
+
+Shared by the toy (digit models) and the ``paper`` preset (vision backbones): both hand over one
+(N, d_m) activation matrix per model for training and for held-out samples, rows aligned.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from companion.models.topk_sae import BatchNormTopKSAE
+from companion.papers.usae import concepts
+from companion.papers.usae.universal import Standardiser, TrainConfig, cross_r2, encode_all, shuffle_pairs, train
+
+
+@dataclass(frozen=True)
+class VariantEval:
+    """Held-out scores of one trained variant (universal, shuffled or independent)."""
+
+    r2: np.ndarray  # (M, M): rows encoder i, columns decoder j
+    fe: np.ndarray  # firing entropy of the concepts with U >= min_fires, by energy (high first)
+    cofire: np.ndarray  # (M, C) co-fire proportion, concepts sorted by energy (all concepts)
+    union: np.ndarray  # U[c] in the same order
+    cofire_top: float  # mean co-fire proportion of the top-energy concepts with U >= min_fires
+    cofire_rest: float  # the same over the other concepts with U >= min_fires
+    dead: int  # concepts that never fire in any model
+    cpu_seconds: float  # CPU time of training
+
+    @property
+    def offdiag(self) -> float:
+        """Mean off-diagonal R² (the official "cross_R2")."""
+        return concepts.off_diagonal_mean(self.r2)
+
+    @property
+    def diag(self) -> float:
+        """Mean diagonal R² (self-reconstruction)."""
+        return float(np.diag(self.r2).mean())
+
+    @property
+    def fe_median(self) -> float:
+        """Median firing entropy over concepts that fire at least ``min_fires`` times."""
+        return float(np.median(self.fe)) if len(self.fe) else float("nan")
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """Everything one seed gives: the variants' scores plus what the figures need."""
+
+    seed: int
+    variants: dict[str, VariantEval]
+    extra: dict[str, float] = field(default_factory=dict)
+    top_samples: np.ndarray | None = None  # (concepts, M, n) held-out samples that fire most
+    top_concepts: np.ndarray | None = None  # concept ids of those rows
+    cam: np.ndarray | None = None  # (concepts, M, h, w) CAM images
+    cam_gain: np.ndarray | None = None  # (concepts, M) pre-activation after minus before
+    cam_concepts: np.ndarray | None = None  # concept ids of the CAM rows
+
+
+def score(saes: list[BatchNormTopKSAE], test: list[Tensor], tau: float, top: int, min_fires: int,
+          cpu: float) -> tuple[VariantEval, Tensor, Tensor]:
+    """Held-out scores of one set of SAEs, with the codes and energy order."""
+    _, codes = encode_all(saes, test)
+    r2 = cross_r2(saes, test, codes)
+    codes = codes.cpu()
+    fires = concepts.firing(codes, tau)
+    counts = concepts.firing_counts(fires)
+    union = counts.sum(0)
+    order = concepts.energy(codes, [s.get_dictionary().detach().cpu() for s in saes]).argsort(descending=True)
+    prop = concepts.cofire_proportion(fires)[:, order]
+    fe = concepts.firing_entropy(counts)[order]
+    alive = (union[order] >= min_fires).numpy()
+    top_ids = np.flatnonzero(alive)[:top]
+    rest_ids = np.flatnonzero(alive)[top:]
+    mean_prop = prop.mean(0).numpy()
+    ev = VariantEval(
+        r2=r2, fe=fe.numpy()[alive], cofire=prop.numpy(), union=union[order].numpy(),
+        cofire_top=float(mean_prop[top_ids].mean()) if len(top_ids) else float("nan"),
+        cofire_rest=float(mean_prop[rest_ids].mean()) if len(rest_ids) else float("nan"),
+        dead=int((union == 0).sum()), cpu_seconds=cpu)
+    return ev, codes, order
+
+
+def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainConfig, seed: int,
+                 tau: float, top: int, min_fires: int, controls: bool
+                 ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor, Tensor]:
+    """Standardise, train every variant from the same initial weights and batch order, score it."""
+    stds = [Standardiser.fit(a) for a in train_acts]
+    train_z = [s(a) for s, a in zip(stds, train_acts)]
+    test_z = [s(a) for s, a in zip(stds, test_acts)]
+    names = ("universal", "shuffled", "independent") if controls else ("universal",)
+    out, keep = {}, None
+    for name in names:
+        gen = torch.Generator().manual_seed(seed)
+        rng = np.random.default_rng(seed)
+        data = shuffle_pairs(train_z, np.random.default_rng([seed, 1]))[0] if name == "shuffled" else train_z
+        start = time.process_time()
+        saes = train(data, cfg, gen, rng, universal=name != "independent")
+        ev, codes, order = score(saes, test_z, tau, top, min_fires, time.process_time() - start)
+        out[name] = ev
+        if name == "universal":
+            keep = (saes, codes, order)
+    saes, codes, order = keep
+    return out, saes, stds, codes, order
+
+
+def top_activating(codes: Tensor, order: Tensor, n_concepts: int, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """For the ``n_concepts`` highest-energy concepts: each model's ``n_samples`` strongest samples."""
+    ids = order[:n_concepts]
+    picks = codes[:, :, ids].argsort(dim=1, descending=True)[:, :n_samples, :]  # (M, n, concepts)
+    return picks.permute(2, 0, 1).numpy(), ids.numpy()

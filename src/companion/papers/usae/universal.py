@@ -1,0 +1,153 @@
+"""The universal SAE: one TopK SAE per model over a shared concept index, trained on aligned samples.
+
+Follows ``train_cross_prediction_saes`` of the official code: at every step one source model i is
+drawn uniformly, its encoder gives codes Z, *every* model's decoder reconstructs its own
+activations from Z, the AuxK-L1 losses are summed, each SAE's gradient is clipped, and only model
+i's AdamW (encoder i and dictionary i) steps, on model i's own warm-up + cosine schedule. The
+controls reuse the same loop: independent SAEs keep only the j = i term; the shuffled control
+permutes models 2..M's samples so the pairing, the only supervision, is broken.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from companion.models.topk_sae import BatchNormTopKSAE, auxk_l1_loss
+from companion.papers.usae.concepts import r2
+
+VARIANTS = ("universal", "shuffled", "independent")
+
+
+@dataclass(frozen=True)
+class Standardiser:
+    """Scalar standardisation (A - mean) / (std + 1e-5) with statistics from training data."""
+
+    mean: float
+    std: float
+
+    @classmethod
+    def fit(cls, acts: Tensor) -> "Standardiser":
+        """Mean and standard deviation over every entry of ``acts``."""
+        return cls(float(acts.mean()), float(acts.std()))
+
+    def __call__(self, acts: Tensor) -> Tensor:
+        """Standardised activations."""
+        return (acts - self.mean) / (self.std + 1e-5)
+
+    def invert(self, acts: Tensor) -> Tensor:
+        """Back to the model's own activation scale."""
+        return acts * (self.std + 1e-5) + self.mean
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of one USAE (or control) training run."""
+
+    n_concepts: int
+    top_k: int
+    steps: int
+    lr: float
+    batch_size: int
+    aux_penalty: float = 0.1
+    weight_decay: float = 1e-5
+    clip: float = 1.0
+    final_lr: float = 1e-6
+    warmup_lr: float = 1e-6
+    warmup_steps: int = 0
+    update_all_decoders: bool = False
+
+
+def cosine_lr(t: int, total: int, warmup: int, base: float, final: float, start: float) -> float:
+    """Overcomplete's CosineScheduler: linear warm-up start -> base, then cosine base -> final."""
+    if t < warmup:
+        return start + (base - start) * t / max(1, warmup - 1)
+    if t >= total:
+        return final
+    frac = (t - warmup) / max(1, total - warmup)
+    return final + 0.5 * (base - final) * (1 + math.cos(math.pi * frac))
+
+
+def shuffle_pairs(acts: list[Tensor], rng: np.random.Generator) -> tuple[list[Tensor], list[np.ndarray]]:
+    """Models 2..M under one fixed random permutation of the samples each; model 1 keeps identity."""
+    n = len(acts[0])
+    perms = [np.arange(n)] + [rng.permutation(n) for _ in acts[1:]]
+    return [a[torch.from_numpy(p)] for a, p in zip(acts, perms)], perms
+
+
+def make_saes(dims: list[int], cfg: TrainConfig, gen: torch.Generator) -> list[BatchNormTopKSAE]:
+    """One BatchNorm TopK SAE per model, all with ``cfg.n_concepts`` concepts."""
+    return [BatchNormTopKSAE(d, cfg.n_concepts, cfg.top_k, gen) for d in dims]
+
+
+def step_loss(saes: list[BatchNormTopKSAE], batch: list[Tensor], i: int, targets: list[int],
+              penalty: float) -> Tensor:
+    """Encode with model i, decode with every model in ``targets``, sum the AuxK-L1 losses."""
+    pre, z = saes[i].encode(batch[i])
+    loss = batch[i].new_zeros(())
+    for j in targets:
+        d = saes[j].get_dictionary()
+        loss = loss + auxk_l1_loss(batch[j], z @ d, pre, z, d, penalty)
+    return loss
+
+
+def train_step(saes: list[BatchNormTopKSAE], opts: list[torch.optim.Optimizer], batch: list[Tensor],
+               i: int, cfg: TrainConfig, universal: bool = True) -> float:
+    """One official update with source model i; returns the loss."""
+    targets = list(range(len(saes))) if universal else [i]
+    for opt in opts:
+        opt.zero_grad(set_to_none=True)
+    loss = step_loss(saes, batch, i, targets, cfg.aux_penalty)
+    loss.backward()
+    for sae in saes:
+        torch.nn.utils.clip_grad_norm_(sae.parameters(), cfg.clip)
+    opts[i].step()
+    if cfg.update_all_decoders and universal:
+        for j, opt in enumerate(opts):
+            if j != i:
+                opt.step()  # only dictionary j has a gradient; AdamW skips encoder j
+    return float(loss.detach())
+
+
+def train(acts: list[Tensor], cfg: TrainConfig, gen: torch.Generator, rng: np.random.Generator,
+          universal: bool = True) -> list[BatchNormTopKSAE]:
+    """Train one SAE per model on aligned rows of ``acts`` (list of (N, d_m)) for ``cfg.steps``."""
+    saes = [s.to(acts[0].device) for s in make_saes([a.shape[1] for a in acts], cfg, gen)]
+    opts = [torch.optim.AdamW(s.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for s in saes]
+    used = [0] * len(saes)
+    n = len(acts[0])
+    order, pos = rng.permutation(n), 0
+    for sae in saes:
+        sae.train()
+    for _ in range(cfg.steps):
+        if pos + cfg.batch_size > n:
+            order, pos = rng.permutation(n), 0
+        idx = torch.from_numpy(order[pos:pos + cfg.batch_size])
+        pos += cfg.batch_size
+        i = int(rng.integers(len(saes)))
+        for group in opts[i].param_groups:
+            group["lr"] = cosine_lr(used[i], cfg.steps, cfg.warmup_steps, cfg.lr, cfg.final_lr,
+                                    cfg.warmup_lr)
+        used[i] += 1
+        train_step(saes, opts, [a[idx] for a in acts], i, cfg, universal)
+    for sae in saes:
+        sae.eval()
+    return saes
+
+
+@torch.no_grad()
+def encode_all(saes: list[BatchNormTopKSAE], acts: list[Tensor]) -> tuple[Tensor, Tensor]:
+    """Eval-mode pre-codes and codes of every model on its own activations, (M, N, n) each."""
+    out = [sae.eval().encode(a) for sae, a in zip(saes, acts)]
+    return torch.stack([p for p, _ in out]), torch.stack([z for _, z in out])
+
+
+@torch.no_grad()
+def cross_r2(saes: list[BatchNormTopKSAE], acts: list[Tensor], codes: Tensor) -> np.ndarray:
+    """R²[i, j] of model j's activations decoded by decoder j from encoder i's codes."""
+    m = len(saes)
+    return np.array([[r2(acts[j], saes[j].decode(codes[i])) for j in range(m)] for i in range(m)])
