@@ -62,20 +62,48 @@ def test_unknown_slugs_are_refused():
             registry.get(bad)
 
 
-def test_scorecard_and_status_show_claims_failures_and_missing_runs(monkeypatch):
+def _record(slug, seed, verdict, value, preset="quick", status="ok"):
+    return {"paper": slug, "status": status, "error": None if status == "ok" else "cell [3] raised ValueError: x",
+            "params": {"preset": preset, "seeds": 3, "seed": seed},
+            "claims": [] if status != "ok" else [
+                {"id": "c1", "statement": "s", "paper_value": "0.9", "value": value, "interval": [0.7, 0.9],
+                 "threshold": 0.5, "direction": ">=", "verdict": verdict, "kind": "statistical"},
+                {"id": "e1", "statement": "exact", "paper_value": "1e-6", "value": 3.14159e-9, "interval": None,
+                 "threshold": 1e-6, "direction": "<=", "verdict": "HOLDS", "kind": "exact"}],
+            "metrics": {}, "provenance": {"commit": "abcdef1234567", "dirty": False, "versions": {"torch": "2"},
+                                          "device": "cpu", "started": "2026-01-01T00:00:00+00:00",
+                                          "wall_seconds": 42.0, "cache_key": "k", "code_key": "c"}}
+
+
+def test_scorecard_status_and_robustness_show_claims_agreement_failures_and_missing_runs(monkeypatch, tmp_path):
+    from companion.evidence import Stored
+
     monkeypatch.setattr(registry, "PAPERS", {s: registry.PAPERS[s] for s in SLUGS[:2]})
-    ok = {"paper": SLUGS[0], "status": "ok", "error": None, "params": {"preset": "quick", "seeds": 3},
-          "claims": [{"id": "c1", "statement": "s", "paper_value": "0.9", "value": 0.8, "interval": [0.7, 0.9],
-                      "threshold": 0.5, "direction": ">=", "verdict": "HOLDS"}],
-          "metrics": {}, "provenance": {"commit": "abcdef1234567", "dirty": False, "versions": {"torch": "2"},
-                                        "device": "cpu", "started": "2026-01-01T00:00:00+00:00",
-                                        "wall_seconds": 42.0, "cache_key": "k"}}
-    failed = {**ok, "status": "failed", "error": "cell [3] raised ValueError: x", "claims": []}
-    results = {SLUGS[0]: ok, SLUGS[1]: failed}
-    card = book.scorecard_markdown(results)
-    assert "| `c1` | 0.9 | 0.8 | [0.7, 0.9] | >= 0.5 | **HOLDS** |" in card
+    page = _record(SLUGS[0], 0, "HOLDS", 0.81234)
+    other = Stored(tmp_path / "quick-seed100.json", _record(SLUGS[0], 100, "INCONCLUSIVE", 0.6), None, True)
+    full = Stored(tmp_path / "full-seed0.json", _record(SLUGS[0], 0, "HOLDS", 0.9, "full"), None, False)
+    records = {SLUGS[0]: [Stored(tmp_path / "quick-seed0.json", page, None, True), other, full], SLUGS[1]: []}
+    results = {SLUGS[0]: page, SLUGS[1]: _record(SLUGS[1], 0, "", 0, status="failed")}
+    card = book.scorecard_markdown(results, records)
+    assert "| `c1` | 0.9 | 0.812 | [0.7, 0.9] | >= 0.5 |" in card
+    assert "differs (quick, seed 100: INCONCLUSIVE)" in card
+    assert "| `e1` | 1e-6 | 3.14e-09 | exact | <= 1e-06 |" in card and "agrees (3 runs)" in card
     assert "The stored run failed" in card and "ValueError" in card
-    status = book.status_markdown(results)
-    assert "| 42.0 | quick | 3 | cpu | 2026-01-01 00:00:00 | `abcdef1234`" in status
+    assert "1 HOLDS" not in card and "**2** HOLDS" in card
+    status = book.status_markdown(results, records)
+    assert "| quick, seed 0 | ok | 42.0 | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | current |" in status
+    assert "| full, seed 0 | ok | 42.0 | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | **stale** |" in status
     assert "| torch | 2 |" in status
-    assert "not run" in book.status_markdown({SLUGS[0]: None})
+    assert "not run" in book.status_markdown({SLUGS[0]: None}, {})
+    robust = book.robustness_markdown(SLUGS[0], records[SLUGS[0]])
+    assert "| claim | quick, seed 0 | quick, seed 100 | full, seed 0 (stale) |" in robust
+    assert "| `c1` | 0.812" in robust and "verdict-inconclusive" in robust
+
+
+def test_reproduce_box_offers_launch_links_only_with_a_repository():
+    page = _record(SLUGS[0], 0, "HOLDS", 0.8)
+    plain = book.reproduce_section(SLUGS[0], page, "", "main")
+    assert f"companion run {SLUGS[0]} --preset full" in plain and "colab" not in plain.lower()
+    linked = book.reproduce_section(SLUGS[0], page, "https://github.com/me/companion", "main")
+    assert f"github/me/companion/blob/main/notebooks/{SLUGS[0]}.ipynb" in linked
+    assert f"labpath=notebooks%2F{SLUGS[0]}.ipynb" in linked

@@ -164,6 +164,7 @@ def fmt_interval(interval: Sequence[float | None] | None) -> str:
 
 def table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
     """The verdict table shown on a page: claim, paper's number, ours with interval, test."""
+    pd.set_option("display.max_colwidth", None)  # a claim's statement is shown whole, never cut
     rows = [
         {
             "claim": v.id,
