@@ -42,7 +42,7 @@ def test_efficient_jacobian_equals_jacrev_at_reconstruction(dtype, tol):
     assert fast.abs().max() > 1e-3  # the comparison is not between two zero tensors
 
 
-def test_official_phi_point_agrees_only_when_reconstruction_is_exact():
+def test_official_phi_point_is_the_reconstruction():
     mlp, sae_x, sae_y, x, y = random_setup(torch.float64)
     with torch.no_grad():
         s_x, idx_x = sae_x.encode(x)
@@ -50,9 +50,12 @@ def test_official_phi_point_agrees_only_when_reconstruction_is_exact():
         idx_y = sae_y.encode(y)[1]
         at_x = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
         at_hat = jsae.active_jacobian(sae_x, sae_y, mlp, x_hat, idx_x, idx_y)
-        at_x_equal = jsae.active_jacobian(sae_x, sae_y, mlp, x_hat.clone(), idx_x, idx_y)
+        lam = 0.7
+        gap = (jsae.pair_loss(sae_x, sae_y, mlp, x, y, lam, phi_at_reconstruction=True)
+               - jsae.pair_loss(sae_x, sae_y, mlp, x, y, lam, phi_at_reconstruction=False))
     assert (at_x - at_hat).abs().max() > 1e-4  # imperfect reconstruction: different points
-    assert torch.equal(at_x_equal, at_hat)  # x == x_hat: the two conventions coincide
+    assert float(gap) == pytest.approx(lam * float(at_hat.abs().mean() - at_x.abs().mean()), abs=1e-12)
+    assert abs(float(gap)) > 1e-6
 
 
 def test_linear_mlp_jacobian_is_product_of_weights():
@@ -167,13 +170,27 @@ def test_normalisation_folding_scales_jacobian():
     assert torch.allclose(j_norm, (c_x / c_y) * j_raw, rtol=1e-4, atol=1e-4)
 
 
-def test_l1_penalty_and_its_gradient():
-    jac = torch.randn(5, K, K, generator=torch.Generator().manual_seed(0), dtype=torch.float64,
-                      requires_grad=True)
-    pen = jac.abs().mean()
-    assert torch.isclose(pen, jac.detach().abs().sum() / jac.numel())
-    (grad,) = torch.autograd.grad(pen, jac)
-    assert torch.allclose(grad, torch.sign(jac.detach()) / jac.numel())
+def test_pair_loss_penalty_is_lambda_times_mean_abs_jacobian_and_differentiable():
+    mlp, sae_x, sae_y, x, y = random_setup(torch.float64)
+    with torch.no_grad():
+        idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
+        jac = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        base = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 0.0)
+        for lam in (0.5, 2.0):
+            pen = jsae.pair_loss(sae_x, sae_y, mlp, x, y, lam) - base
+            assert float(pen) == pytest.approx(lam * float(jac.abs().mean()), rel=1e-10)
+    w = sae_y.W_enc
+    loss = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
+    (grad,) = torch.autograd.grad(loss, w)
+    direction = torch.randn(w.shape, generator=torch.Generator().manual_seed(1), dtype=w.dtype)
+    eps = 1e-6
+    with torch.no_grad():
+        w.add_(eps * direction)
+        up = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
+        w.sub_(2 * eps * direction)
+        down = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
+        w.add_(eps * direction)
+    assert float((up - down) / (2 * eps)) == pytest.approx(float((grad * direction).sum()), rel=1e-5)
 
 
 def test_ce_score_identity_and_zero_ablation():

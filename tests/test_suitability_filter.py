@@ -182,10 +182,15 @@ def test_protocol_bookkeeping(tiny_run: sf.Results) -> None:
     assert np.all(np.abs(s.delta_user) <= 1) and np.all(np.abs(s.delta_test[~np.eye(3, dtype=bool)]) <= 1)
 
 
-def test_folds_disjoint() -> None:
-    rng = np.random.default_rng(0)
-    folds = rng.permutation(5 * 40).reshape(5, 40)
-    assert len(np.unique(folds)) == folds.size
+def test_source_folds_partition_the_pool_and_pairs_are_ordered_distinct() -> None:
+    folds = sf.source_folds(5, 40, np.random.default_rng(0))
+    assert folds.shape == (5, 40)
+    assert np.array_equal(np.sort(folds.ravel()), np.arange(200))  # disjoint and covering
+    again = sf.source_folds(5, 40, np.random.default_rng(0))
+    other = sf.source_folds(5, 40, np.random.default_rng(1))
+    assert np.array_equal(folds, again) and not np.array_equal(folds, other)
+    pairs = sf.ordered_pairs(5)
+    assert len(pairs) == 20 and len({tuple(p) for p in pairs}) == 20 and (pairs[:, 0] != pairs[:, 1]).all()
 
 
 def test_determinism(tiny_run: sf.Results) -> None:

@@ -152,6 +152,11 @@ def prob_correct(c: Pipeline, s: np.ndarray) -> np.ndarray:
 
 # --- the protocol -------------------------------------------------------------------------------
 
+def source_folds(n_folds: int, fold_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Disjoint source folds: a seeded permutation of ``n_folds * fold_size`` indices, (F, fold_size)."""
+    return rng.permutation(n_folds * fold_size).reshape(n_folds, fold_size)
+
+
 def ordered_pairs(n_folds: int) -> np.ndarray:
     """All ordered (sf fold, test fold) pairs with i != j, shape (F(F-1), 2)."""
     return np.array([(i, j) for i in range(n_folds) for j in range(n_folds) if i != j])
@@ -283,7 +288,7 @@ def run_seed(params: Params, seed: int, margins: tuple[float, ...]) -> SeedResul
     lap("train M")
     n_f, fs, n_lab = params.n_folds, params.fold_size, params.n_labeled_user
     xp, yp, _ = sample(task, n_f * fs, uniform(task), rng)
-    folds = rng.permutation(n_f * fs).reshape(n_f, fs)
+    folds = source_folds(n_f, fs, rng)
     specs = user_specs(params, task, rng)
     users = [_features(net, *draw(task, s, s.size, rng)) for s in specs]
     lab = [_features(net, *draw(task, s, n_lab, rng)) for s in specs]

@@ -1,0 +1,73 @@
+"""Stored evidence is current with the code, comes from committed code, and its pages are clean."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from companion import evidence, registry
+
+ROOT = registry.project_root()
+SLUGS = list(registry.PAPERS)
+ABSOLUTE_PATH = re.compile(r"(/(home|root|work|tmp|Users|usr|opt)/[\w.-]+/|[A-Z]:\\\\)")
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_stored_records_are_current_and_from_committed_code(slug):
+    stored = evidence.load(ROOT, slug)
+    assert stored, f"{slug} has no stored record in data/results/{slug}/ (companion store {slug})"
+    for s in stored:
+        assert s.record is not None, s.error
+        assert s.current, (f"{s.path.relative_to(ROOT)} is stale: its code key does not match the code; "
+                           f"re-store it (companion store {slug} --preset {s.record['params']['preset']} "
+                           f"--seed {s.record['params']['seed']})")
+        assert s.record["provenance"]["dirty"] is False, f"{s.path.name} was stored from uncommitted code"
+        assert s.path.stat().st_size < 100_000
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_the_page_shows_its_own_record(slug):
+    record = evidence.page_record(ROOT, slug)
+    nb = nbformat.read(registry.get(slug).notebook(ROOT), as_version=4)
+    printed = "".join(o.get("text", "") for o in nb.cells[-1].get("outputs", []))
+    assert printed.strip().splitlines() == [f"{c['id']}: {c['verdict']}" for c in record["claims"]]
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_stored_outputs_have_no_warnings_tracebacks_or_absolute_paths(slug):
+    nb = nbformat.read(registry.get(slug).notebook(ROOT), as_version=4)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.get("name") != "stderr", f"stderr in a stored cell: {out.get('text', '')[:200]}"
+            assert out.get("output_type") != "error"
+            text = out.get("text", "") + json.dumps(out.get("data", {}).get("text/plain", ""))
+            text += json.dumps(out.get("data", {}).get("text/html", ""))
+            assert not ABSOLUTE_PATH.search(text), f"absolute path in a stored output: {ABSOLUTE_PATH.search(text)[0]}"
+            assert "Empty DataFrame" not in text, "an empty table is printed"
+
+
+def test_a_deliberately_edited_paper_module_makes_its_records_stale(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "companion", src / "companion", ignore=shutil.ignore_patterns("__pycache__"))
+    script = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(src)!r})\n"
+        "from companion import evidence, registry\n"
+        f"root = __import__('pathlib').Path({str(ROOT)!r})\n"
+        "print(all(s.current for s in evidence.load(root, 'ood-dcc')))\n"
+    )
+
+    def current() -> str:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    assert current() == "True"
+    with (src / "companion" / "papers" / "ood_dcc" / "__init__.py").open("a") as f:
+        f.write("\nEDITED = True\n")
+    assert current() == "False"
