@@ -1,0 +1,364 @@
+"""FairICP: the ICP sampler, KPC and its test, the analytic anchor, the adversarial steps, loaders."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from companion.params import ParamError
+from companion.papers import fairicp as paper
+from companion.papers.fairicp import adversarial as adv
+from companion.papers.fairicp import densities, fairness, kpc, realdata, sampler
+from companion.papers.fairicp import simulation as sim
+
+
+def chain_states(L: np.ndarray, burn: int, keep: int, rng: np.random.Generator,
+                 thin: int = 1) -> list[tuple[int, ...]]:
+    """States of the vectorised chain after ``burn`` sweeps, one every ``thin`` sweeps."""
+    pi = np.arange(L.shape[0])
+    out = []
+    for s in range(burn + keep * thin):
+        pi = sampler.sweep(L, pi, *sampler.sweep_randoms(len(pi), rng))
+        if s >= burn and (s - burn) % thin == 0:
+            out.append(tuple(pi))
+    return out
+
+
+def test_chain_targets_the_permutation_law_n4():
+    rng = np.random.default_rng(1)
+    L = rng.normal(0, 1, (4, 4))
+    perms = list(itertools.permutations(range(4)))
+    w = np.array([np.exp(sampler.log_perm_weight(L, np.array(p))) for p in perms])
+    exact = w / w.sum()
+    states = chain_states(L, 500, 20000, rng)
+    counts = np.array([states.count(p) for p in perms], dtype=float)
+    tv = 0.5 * np.abs(counts / counts.sum() - exact).sum()
+    assert tv < 0.03
+
+
+def test_chain_is_uniform_for_constant_L():
+    rng = np.random.default_rng(2)
+    states = chain_states(np.zeros((4, 4)), 100, 3000, rng, thin=10)
+    counts = [states.count(p) for p in itertools.permutations(range(4))]
+    assert stats.chisquare(counts).pvalue > 0.01
+
+
+@pytest.mark.parametrize("n", [2, 7, 101])
+def test_vectorised_sweep_equals_per_pair_loop(n):
+    rng = np.random.default_rng(n)
+    L = rng.normal(0, 3, (n, n))
+    pi_vec = pi_loop = np.arange(n)
+    for _ in range(30):
+        order, u = sampler.sweep_randoms(n, rng)
+        pi_vec, pi_loop = sampler.sweep(L, pi_vec, order, u), sampler.sweep_loop(L, pi_loop, order, u)
+        assert np.array_equal(pi_vec, pi_loop)
+    assert not np.array_equal(pi_vec, np.arange(n)) or n == 2
+
+
+def test_inverse_step_pairs_and_multiset():
+    rng = np.random.default_rng(3)
+    n, K = 30, 3
+    a, y = rng.normal(size=(n, K)), rng.normal(size=n)
+    L = densities.GaussLinearYgivenA.fit(y, a).loglik_matrix(y, a)
+    states = sampler.run_chain(L, 4, 10, rng)
+    dummies = sampler.inverse_dummies(a, states)
+    for pi, at in zip(states, dummies):
+        got = sorted(map(tuple, np.column_stack([y, at]).round(12)))
+        want = sorted(map(tuple, np.column_stack([y[pi], a]).round(12)))
+        assert got == want
+        assert sorted(map(tuple, at)) == sorted(map(tuple, a))
+        assert np.array_equal(at[pi], a)
+
+
+def test_swap_odds_from_y_given_a_equal_those_from_a_given_y():
+    rng = np.random.default_rng(4)
+    K = 3
+    M = rng.normal(size=(K + 1, K + 1))
+    cov = M @ M.T + np.eye(K + 1)
+    data = rng.multivariate_normal(np.zeros(K + 1), cov, 40)
+    y, a = data[:, 0], data[:, 1:]
+    s_aa, s_ay, s_yy = cov[1:, 1:], cov[1:, 0], cov[0, 0]
+    beta = np.linalg.solve(s_aa, s_ay)
+    q = densities.GaussLinearYgivenA(np.r_[0.0, beta], float(s_yy - s_ay @ beta))
+    p_ay = densities.GaussLinearAgivenY(np.vstack([np.zeros(K), s_ay / s_yy]), s_aa - np.outer(s_ay, s_ay) / s_yy)
+    L_icp, L_cp = q.loglik_matrix(y, a), p_ay.loglik_matrix(a, y).T
+    pi, i, j = np.arange(40), np.arange(20), np.arange(20, 40)
+    np.testing.assert_allclose(sampler.swap_log_odds(L_icp, pi, i, j), sampler.swap_log_odds(L_cp, pi, i, j),
+                               atol=1e-9)
+    shifted = L_icp + rng.normal(size=(40, 1)) + rng.normal(size=(1, 40))
+    np.testing.assert_allclose(sampler.swap_log_odds(shifted, pi, i, j), sampler.swap_log_odds(L_icp, pi, i, j),
+                               atol=1e-9)
+
+
+def test_density_matrices_match_scipy():
+    rng = np.random.default_rng(5)
+    y, a = rng.normal(size=25), rng.normal(size=(25, 2))
+    q = densities.GaussLinearYgivenA.fit(y, a)
+    diff = q.loglik_matrix(y, a) - stats.norm.logpdf(y[:, None], q.mean(a)[None, :], np.sqrt(q.var))
+    np.testing.assert_allclose(diff, diff[0, 0], atol=1e-9)
+    p = densities.GaussLinearAgivenY.fit(y, a)
+    ref2 = np.array([[stats.multivariate_normal.logpdf(a[i], p.mean(y)[j], p.cov) for j in range(25)]
+                     for i in range(25)])
+    diff = p.loglik_matrix(a, y) - ref2
+    np.testing.assert_allclose(diff, diff[0, 0], atol=1e-9)
+
+
+def test_true_loglik_gives_the_design_swap_odds():
+    rng = np.random.default_rng(6)
+    d = sim.simulate(50, 2, 0.6, rng)
+    var = 2 + 2 * 0.4 + d.eps2
+    ref = stats.norm.logpdf(d.y[:, None], np.sqrt(0.6) * d.a.sum(1)[None, :], np.sqrt(var))
+    pi, i, j = np.arange(50), np.arange(25), np.arange(25, 50)
+    np.testing.assert_allclose(sampler.swap_log_odds(sim.true_loglik(d.y, d.a, 2, 0.6, d.eps2), pi, i, j),
+                               sampler.swap_log_odds(ref, pi, i, j), atol=1e-9)
+
+
+def kpc_loop(yhat: np.ndarray, y: np.ndarray, a: np.ndarray) -> float:
+    """Slow reference: explicit loops for the 1-NN graphs and the kernel sums."""
+    n = len(y)
+    w = np.column_stack([y, a])
+    d = [abs(yhat[i] - yhat[j]) for i in range(n) for j in range(i + 1, n)]
+    s = 1.0 / (2 * np.median(d) ** 2)
+
+    def t(points):
+        total = 0.0
+        for i in range(n):
+            best, arg = np.inf, -1
+            for j in range(n):
+                dist = np.sum((points[i] - points[j]) ** 2)
+                if j != i and dist < best:
+                    best, arg = dist, j
+            total += np.exp(-s * (yhat[i] - yhat[arg]) ** 2)
+        return total / n
+
+    ty = t(y[:, None])
+    return (t(w) - ty) / (1 - ty)
+
+
+def test_kpc_matches_loop_reference_and_is_order_invariant():
+    rng = np.random.default_rng(7)
+    y, a = rng.normal(size=50), rng.normal(size=(50, 2))
+    yhat = y + a[:, 0] + 0.5 * rng.normal(size=50)
+    ours = kpc.kpc(yhat, y, a, rng)
+    assert ours == pytest.approx(kpc_loop(yhat, y, a), abs=1e-12)
+    perm = rng.permutation(50)
+    assert kpc.kpc(yhat[perm], y[perm], a[perm], rng) == pytest.approx(ours, abs=1e-12)
+
+
+def test_kpc_near_zero_under_conditional_independence_and_large_under_dependence():
+    rng = np.random.default_rng(8)
+    n = 2000
+    y, a = rng.normal(size=n), rng.normal(size=(n, 2))
+    assert abs(kpc.kpc(y + rng.normal(size=n), y, a, rng)) < 0.05
+    assert kpc.kpc(a[:, 0] + 0.1 * rng.normal(size=n), y, a, rng) > 0.5
+
+
+def test_kpc_is_nan_when_ill_conditioned():
+    y = np.linspace(0, 1, 200)
+    with pytest.warns(UserWarning, match="1 - T"):
+        assert np.isnan(kpc.kpc(np.sin(y), y, np.random.default_rng(0).normal(size=(200, 1)),
+                                np.random.default_rng(0)))
+
+
+def test_neighbour_ties_are_broken_at_random():
+    w = np.array([[0.0], [1.0], [-1.0]])
+    picks = {int(kpc.neighbours(w, np.random.default_rng(s))[0, 0]) for s in range(20)}
+    assert picks == {1, 2}
+
+
+@pytest.mark.slow
+def test_icp_test_is_valid_for_the_fair_oracle_and_powerful_against_ols():
+    rng = np.random.default_rng(9)
+    a_star, c_star, _ = sim.fair_linear_oracle(5, 10.0)
+    rejected = {"fair": 0, "ols": 0}
+    reps = 40
+    for _ in range(reps):
+        te = sim.simulate(400, 5, 0.9, rng)
+        copies = sampler.icp_dummies(sim.true_loglik(te.y, te.a, 5, 0.9, te.eps2), te.a, 100, 50, rng)
+        test = kpc.ICPTest.build(te.y, te.a, copies, rng)
+        rejected["fair"] += test.run(sim.linear_predictions(te.x, 5, a_star, c_star))[1] <= 0.05
+        rejected["ols"] += test.run(sim.linear_predictions(te.x, 5, 1.0, 1.0))[1] <= 0.05
+    assert rejected["fair"] / reps <= 0.12
+    assert rejected["ols"] / reps >= 0.8
+
+
+def test_fair_linear_oracle_and_zero_partial_covariance():
+    assert sim.fair_linear_oracle(5, 10.0) == pytest.approx((1.2, 0.4, 12.0))
+    a_star, c_star, _ = sim.fair_linear_oracle(3, 1.5)
+    r = 3 / 4.5
+    assert (a_star, c_star) == pytest.approx(((1 + r) / (1 + r * r), r * (1 + r) / (1 + r * r)))
+    K = 3
+    d = sim.simulate(200_000, K, 0.9, np.random.default_rng(10))
+    fair = sim.linear_predictions(d.x, K, *sim.fair_linear_oracle(K, d.eps2)[:2])
+    assert np.abs(sim.partial_cov(fair, d.a, d.y)).max() < 0.01
+    assert np.abs(sim.partial_cov(sim.linear_predictions(d.x, K, 1, 1), d.a, d.y)).max() > 0.05
+
+
+def test_generator_moments():
+    rng = np.random.default_rng(11)
+    g = sim.mixture_gamma(100_000, 1, rng)
+    assert abs(g.mean()) < 0.02 and abs(g.std() - 1) < 0.02
+    d = sim.simulate(100_000, 5, 0.9, rng)
+    assert d.y.var() == pytest.approx(20.0, rel=0.03)
+    assert sim.simulate(10, 1, 0.9, rng, n_noisy=3).a.shape == (10, 4)
+
+
+def test_deo_on_a_hand_built_table():
+    y = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    g = np.array([0, 0, 1, 1, 0, 0, 1, 1])
+    yhat = np.array([1, 0, 0, 0, 1, 1, 1, 0])
+    # y=0: P(1)=1/4, groups 1/2 and 0 -> 1/4 + 1/4; y=1: P(1)=3/4, groups 1 and 1/2 -> 1/4 + 1/4
+    assert fairness.deo(yhat, y, g) == pytest.approx(1.0)
+    assert fairness.deo(y, y, g) == 0.0
+
+
+def test_ks_is_zero_for_permutations_and_positive_for_gaussian_draws():
+    rng = np.random.default_rng(12)
+    a = sim.mixture_gamma(500, 2, rng)
+    perms = np.stack([a[rng.permutation(500)] for _ in range(5)])
+    assert fairness.ks_columns(a, perms).max() == 0.0
+    assert fairness.ks_columns(a, rng.normal(size=(5, 500, 2))).min() > 0.1
+
+
+def plumbing(lam: float):
+    gen = torch.Generator().manual_seed(0)
+    pred = adv.make_predictor(4, 1, "linear", gen)
+    dis = adv.make_discriminator(1 + 2 + 1, 16, gen)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    a = torch.randn(32, 2, generator=g)
+    at = a[torch.randperm(32, generator=g)] + 1.0
+    return pred, dis, x, y, a, at
+
+
+def test_discriminator_step_lowers_bce_and_predictor_step_raises_it():
+    pred, dis, x, y, a, at = plumbing(0.9)
+    before = float(adv.dis_bce(dis, pred(x).detach(), y, a, at))
+    adv.d_step(pred, dis, torch.optim.Adam(dis.parameters(), lr=1e-2), x, y, a, at, 0.9)
+    after = float(adv.dis_bce(dis, pred(x).detach(), y, a, at))
+    assert after < before
+    adv.f_step(pred, dis, torch.optim.Adam(pred.parameters(), lr=1e-2), x, y, a, at, 1.0, "regression")
+    assert float(adv.dis_bce(dis, pred(x).detach(), y, a, at)) > after
+
+
+def test_lambda_zero_predictor_step_is_a_plain_mse_step():
+    pred, dis, x, y, a, at = plumbing(0.0)
+    twin = adv.make_predictor(4, 1, "linear", torch.Generator().manual_seed(0))
+    opt, opt_twin = torch.optim.Adam(pred.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    adv.f_step(pred, dis, opt, x, y, a, at, 0.0, "regression")
+    loss = torch.nn.functional.mse_loss(twin(x), y)
+    opt_twin.zero_grad()
+    loss.backward()
+    opt_twin.step()
+    for p, q in zip(pred.parameters(), twin.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_lambda_zero_skips_the_discriminator_and_the_dummies():
+    rng = np.random.default_rng(13)
+    d = sim.simulate(64, 2, 0.9, rng)
+    calls = []
+    fitted = adv.fit(d.x, d.y, d.a, lambda e: calls.append(e) or d.a, adv.TrainConfig(lam=0.0, epochs=3),
+                     torch.Generator().manual_seed(0))
+    assert calls == [] and fitted.dis_acc == []
+    fitted = adv.fit(d.x, d.y, d.a, lambda e: calls.append(e) or d.a, adv.TrainConfig(lam=0.5, epochs=3),
+                     torch.Generator().manual_seed(0))
+    assert calls == [0, 1, 2] and len(fitted.dis_acc) == 3
+
+
+def test_hgr_penalty_sees_dependence():
+    g = torch.Generator().manual_seed(0)
+    y, a = torch.randn(256, 1, generator=g), torch.randn(256, 1, generator=g)
+    indep = fairness.hgr_penalty(y + torch.randn(256, 1, generator=g), a, y)
+    dep = fairness.hgr_penalty(y + a, a, y)
+    assert float(dep) > 2 * float(indep)
+
+
+def tiny_params(**kw):
+    base = dict(seeds=1, n_train=120, n_test=100, epochs=5, batch_size=32, mcmc_sweeps=5, n_test_perms=19)
+    return paper.Params.resolve("quick", **{**base, **kw})
+
+
+def test_a_seed_is_deterministic():
+    from companion.papers.fairicp.experiment import run_seed
+
+    p = tiny_params().to_dict()
+    one, two = run_seed(p, 3), run_seed(p, 3)
+    assert [r["mse"] for r in one["rows"]] == [r["mse"] for r in two["rows"]]
+    assert [r["kpc"] for r in one["rows"]] == [r["kpc"] for r in two["rows"]]
+
+
+def test_params_are_validated_before_compute(tmp_path):
+    with pytest.raises(ParamError, match="'methods'"):
+        paper.Params.resolve("quick", methods=("unconstrained", "fairicp_est"))
+    with pytest.raises(ParamError, match="'lambdas'"):
+        paper.Params.resolve("quick", lambdas=(0.5, 0.9))
+    with pytest.raises(ParamError, match="'data_path'"):
+        paper.Params.resolve("paper", data_path=str(tmp_path / "missing"))
+    assert paper.Params.resolve("paper", data_path=str(tmp_path)).seeds == 10
+
+
+def write_tiny_datasets(root: Path, rng: np.random.Generator, n: int = 160) -> None:
+    """Files with the four datasets' schemas (random values), as realdata's loaders read them."""
+    cols = ["state", "county", "community", "communityname", "fold", "population", "racepctblack",
+            "racePctWhite", "racePctAsian", "racePctHisp", "medIncome", "ViolentCrimesPerPop"]
+    (root / "communities.names").write_text("\n".join(f"@attribute {c} numeric" for c in cols))
+    crimes = rng.uniform(0, 1, (n, len(cols))).round(2).astype(object)
+    crimes[:, 3] = "town"
+    crimes[::7, 5] = "?"
+    (root / "communities.data").write_text("\n".join(",".join(map(str, r)) for r in crimes))
+    import pandas as pd
+
+    pd.DataFrame({"two_year_recid": rng.integers(0, 2, n), "race": rng.integers(0, 2, n),
+                  "sex": rng.integers(0, 2, n), "age": rng.integers(18, 70, n),
+                  "priors_count": rng.normal(size=n), "c_charge_degree": rng.integers(0, 2, n)}).to_csv(root / "compas.csv")
+    rows = []
+    for i in range(n):
+        rows.append(", ".join([str(rng.integers(17, 90)), str(rng.choice(["Private", "State-gov", "?"])),
+                               str(rng.integers(10**4, 10**6)), "Bachelors", "13", "Never-married",
+                               str(rng.choice(["Sales", "Tech-support"])), "Husband",
+                               str(rng.choice(["White", "Black"])), str(rng.choice(["Male", "Female"])),
+                               "0", "0", "40", "United-States", str(rng.choice(["<=50K", ">50K"]))]))
+    (root / "adult.data").write_text("\n".join(rows[: n // 2]))
+    (root / "adult.test").write_text("|1x3 Cross validator\n" + "\n".join(r + "." for r in rows[n // 2:]))
+    feats = pd.DataFrame({"AGEP": rng.integers(18, 90, n), "COW": rng.integers(1, 9, n), "SCHL": rng.integers(1, 25, n),
+                          "MAR": rng.integers(1, 6, n), "OCCP": rng.integers(10, 9000, n), "POBP": rng.integers(1, 500, n),
+                          "RELP": rng.integers(0, 18, n), "WKHP": rng.integers(1, 99, n), "SEX": rng.integers(1, 3, n),
+                          "RAC1P": rng.integers(1, 10, n)})
+    feats.to_csv(root / "ca_features.csv")
+    pd.DataFrame({"PINCP": rng.integers(0, 2, n).astype(bool)}).to_csv(root / "ca_labels.csv")
+
+
+def test_real_loaders_read_the_four_schemas(tmp_path):
+    write_tiny_datasets(tmp_path, np.random.default_rng(14))
+    shapes = {name: realdata.load(name, tmp_path) for name in realdata.LOADERS}
+    assert shapes["crimes"].a.shape == (160, 3) and shapes["crimes"].task == "regression"
+    assert np.isfinite(shapes["crimes"].x).all() and shapes["crimes"].x.shape[1] == 3
+    assert shapes["compas"].a.shape == (160, 2) and set(shapes["compas"].y) <= {0, 1}
+    adult = shapes["adult"]
+    assert adult.a.shape[1] == 2 and len(adult.y) < 160 and set(np.unique(adult.a)) <= {0.0, 1.0}
+    assert shapes["acs_income"].a.shape == (160, 3) and shapes["acs_income"].x.shape[1] == 7
+
+
+@pytest.mark.slow
+def test_paper_preset_smoke_runs_from_the_cli(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_tiny_datasets(data, np.random.default_rng(15))
+    out = tmp_path / "run"
+    cli = Path(sys.executable).with_name("companion")
+    proc = subprocess.run([str(cli), "run", "fairicp", "--preset", "paper", "-p", f"data_path={data}",
+                           "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((out / "results.json").read_text())
+    assert record["status"] == "ok"
+    assert {r["dataset"] for r in record["metrics"]["real"]} == set(realdata.LOADERS)
