@@ -126,6 +126,20 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2502.10505",
             "zhang2025winrate",
         ),
+        Paper(
+            "usae",
+            "Universal Sparse Autoencoders: Interpretable Cross-Model Concept Alignment",
+            "Harrish Thasarathan, Julian Forsyth, Thomas Fel, Matthew Kowal, Konstantinos G. Derpanis",
+            "https://arxiv.org/abs/2502.03714",
+            "pmlr-v267-thasarathan25a",
+        ),
+        Paper(
+            "fairicp",
+            "FairICP: Encouraging Equalized Odds via Inverse Conditional Permutation",
+            "Yuheng Lai, Leying Guan",
+            "https://arxiv.org/abs/2404.05678",
+            "lai2025fairicp",
+        ),
     ]
 }
 

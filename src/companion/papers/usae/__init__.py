@@ -58,8 +58,8 @@ class Params(BaseParams):
 
     n_augment: int = param(4, lo=0, hi=16, help="shifted copies of every training digit")
     model_steps: int = param(400, lo=100, hi=3000, help="training steps of each digit model (whole epochs)")
-    n_concepts: int = param(128, lo=8, hi=65536, help="concepts n of the shared dictionary (>= max d_m)")
-    top_k: int = param(8, lo=1, hi=1024, help="active concepts per sample (TopK), <= n_concepts / 4")
+    n_concepts: int = param(128, lo=8, hi=65536, help="concepts n of the shared dictionary (at least max d_m)")
+    top_k: int = param(8, lo=1, hi=1024, help="active concepts per sample (TopK), at most n_concepts / 4")
     usae_steps: int = param(2000, lo=500, hi=50000, help="SAE training steps (each draws one source model)")
     usae_lr: float = param(1e-3, lo=1e-4, hi=3e-3, help="AdamW learning rate (official 3e-4, see the page)")
     batch_size: int = param(256, lo=32, hi=8192, help="aligned samples (tokens) per step")
