@@ -140,6 +140,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2404.05678",
             "lai2025fairicp",
         ),
+        Paper(
+            "erase-unlearning",
+            "Fast Exact Unlearning for In-Context Learning Data for LLMs",
+            "Andrei Ioan Muresanu, Anvith Thudi, Michael R. Zhang, Nicolas Papernot",
+            "https://arxiv.org/abs/2402.00751",
+            "pmlr-v267-muresanu25a",
+        ),
     ]
 }
 

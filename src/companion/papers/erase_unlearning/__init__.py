@@ -586,3 +586,39 @@ def plot_holistic(results: Results) -> Figure:
     ax.set_ylabel(f"total FLOPs, N = {h['n_params']:.0e}, N_q = {h['n_queries']:.0e}")
     ax.legend()
     return fig
+
+
+def glue_values(results: Results) -> dict[str, float]:
+    """The numbers the page's prose quotes (glued into the text by myst-nb)."""
+    rs = results.per_seed
+    acc = accuracy_table(results)["mean"]
+    pth = paths(results)
+    ratios = np.array([cost_ratios(r) for r in rs])
+    erase_scale, _ = scale_ratios(results.sweep, results.params)
+    main = results.sweep[(results.sweep.eps == results.params.eps) & (results.sweep.proj_dim == results.params.proj_dim)]
+    by_n = main.groupby("n")["pass_rate"].mean()
+    h = results.holistic
+    cert = pth.loc[[p for p in pth.index if p.startswith("certified")]]
+    return {
+        "acc_erase": float(acc["ERASE"]), "acc_random": float(acc["random-k"]),
+        "acc_perclass": float(acc["per-class ERASE"]), "acc_ft": float(acc["FT"]), "acc_sisa": float(acc["SISA"]),
+        "coverage": float(np.mean([r.coverage for r in rs])),
+        "pass_rate": float(1.0 - pth["share"].get("recluster", 0.0)),
+        "cert_checked": int(sum(r.exact_certified[1] for r in rs)),
+        "recl_checked": int(sum(r.exact_recluster[1] for r in rs)),
+        "flops_median_ratio": float(ratios[:, 0].mean()), "flops_mean_ratio": float(ratios[:, 1].mean()),
+        "wall_ratio": float(ratios[:, 2].mean()),
+        "cert_flops": float((cert["mean_flops"] * cert["share"]).sum() / max(cert["share"].sum(), 1e-12)),
+        "recl_flops": float(pth["mean_flops"].get("recluster", float("nan"))),
+        "recl_ms": float(pth["mean_ms"].get("recluster", float("nan"))),
+        "cert_ms": float((cert["mean_ms"] * cert["share"]).sum() / max(cert["share"].sum(), 1e-12)),
+        "sisa_flops": float(np.mean([np.mean(r.sisa_flops) for r in rs])),
+        "sisa_ms": float(np.mean([1e3 * np.mean(r.sisa_seconds) for r in rs])),
+        "scale_erase": float(np.mean(erase_scale)),
+        "pass_rate_nmin": float(by_n.iloc[0]), "pass_rate_nmax": float(by_n.iloc[-1]),
+        "n_min": int(by_n.index[0]), "n_max": int(by_n.index[-1]),
+        "rho_star": float(h["rho_star"]),
+        "queries_per_deletion": float(1.0 / h["rho_star"]) if h["rho_star"] > 0 else float("inf"),
+        "icl_infer": float(h["icl"].infer), "sisa_infer": float(h["sisa"].infer),
+        "sisa_unlearn_llm": float(h["sisa"].unlearn),
+    }
