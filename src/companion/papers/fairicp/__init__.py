@@ -280,7 +280,7 @@ def plot_tradeoff(results: Results, setting: str | None = None):
     fig, (ax,) = figure(width=6.0, height=4.2)
     unc = r[r.method == "unconstrained"]
     for method in [m for m in p.methods if m != "unconstrained"]:
-        d = pd.concat([unc, r[r.method == method]]).groupby("lam").agg(["mean", "std"])
+        d = pd.concat([unc, r[r.method == method]]).groupby("lam")[["mse", "kpc"]].agg(["mean", "std"])
         ax.errorbar(d.mse["mean"], d.kpc["mean"], xerr=d.mse["std"], yerr=d.kpc["std"], marker="o",
                     capsize=2, label=METHOD_LABELS[method])
         for lam, row in d.iterrows():
