@@ -229,9 +229,9 @@ def fake_cifar10n(root: Path, n_per_batch: int = 100, n_test: int = 100) -> Path
         if name != "test_batch":
             clean += labels
     clean = np.array(clean)
-    worse = np.where(rng.random(len(clean)) < 0.4, (clean + 1) % 10, clean)
-    torch.save({"clean_label": clean, "aggre_label": clean.copy(), "worse_label": worse,
-                "random_label1": clean.copy()}, root / "CIFAR-10_human.pt")
+    noisy = {k: np.where(rng.random(len(clean)) < r, (clean + 1) % 10, clean)
+             for k, r in (("aggre_label", 0.1), ("worse_label", 0.4), ("random_label1", 0.2))}
+    torch.save({"clean_label": clean, **noisy}, root / "CIFAR-10_human.pt")
     return root
 
 

@@ -147,6 +147,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2402.00751",
             "pmlr-v267-muresanu25a",
         ),
+        Paper(
+            "flat-influence",
+            "Towards Robust Influence Functions with Flat Validation Minima",
+            "Xichen Ye, Yifan Wu, Weizhong Zhang, Cheng Jin, Yifan Chen",
+            "https://arxiv.org/abs/2505.19097",
+            "ye2025robustif",
+        ),
     ]
 }
 
