@@ -229,6 +229,7 @@ def test_ks_is_zero_for_permutations_and_positive_for_gaussian_draws():
 
 
 def plumbing(lam: float):
+    """A linear predictor, a small discriminator and one fixed batch (x, y, a, shifted dummies)."""
     gen = torch.Generator().manual_seed(0)
     pred = adv.make_predictor(4, 1, "linear", gen)
     dis = adv.make_discriminator(1 + 2 + 1, 16, gen)
@@ -241,12 +242,17 @@ def plumbing(lam: float):
 
 def test_discriminator_step_lowers_bce_and_predictor_step_raises_it():
     pred, dis, x, y, a, at = plumbing(0.9)
-    before = float(adv.dis_bce(dis, pred(x).detach(), y, a, at))
+
+    def bce() -> float:
+        with torch.no_grad():
+            return float(adv.dis_bce(dis, pred(x), y, a, at))
+
+    before = bce()
     adv.d_step(pred, dis, torch.optim.Adam(dis.parameters(), lr=1e-2), x, y, a, at, 0.9)
-    after = float(adv.dis_bce(dis, pred(x).detach(), y, a, at))
+    after = bce()
     assert after < before
     adv.f_step(pred, dis, torch.optim.Adam(pred.parameters(), lr=1e-2), x, y, a, at, 1.0, "regression")
-    assert float(adv.dis_bce(dis, pred(x).detach(), y, a, at)) > after
+    assert bce() > after
 
 
 def test_lambda_zero_predictor_step_is_a_plain_mse_step():
