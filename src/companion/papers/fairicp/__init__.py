@@ -121,7 +121,7 @@ def run(p: Params) -> Results:
     start = time.perf_counter()
     run_p = p.effective()
     seeds = run_p.seed_list()
-    bar = tqdm(total=len(seeds), desc="seeds", leave=False)
+    bar = tqdm(total=len(seeds), desc="seeds", disable=None, leave=False)
     outs = runtime.parallel_map(run_seed, [(run_p.to_dict(), s) for s in seeds], on_done=bar.update)
     bar.close()
     rows = pd.DataFrame([r for o in outs for r in o["rows"]])
