@@ -48,12 +48,13 @@ status: install ## last run, runtime and verdicts of every paper
 	$(BIN)/companion status
 
 unit: install ## the fast tests only (library, CLI validation): for iteration
-	$(BIN)/python -m pytest -m "not slow" tests
+	$(BIN)/python -m pytest -m "not slow and not browser" tests
 
-test: install ## every test: unit, CLI and runner, nbval over notebooks/, book build
-	$(BIN)/python -m pytest tests
+test: install ## every test: unit, CLI and runner, nbval over notebooks/, book build, the site in Chromium
+	$(BIN)/python -m pytest -m "not browser" tests
 	$(BIN)/python -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=20 notebooks
 	$(BIN)/python -m companion.book build
+	$(BIN)/python -m pytest -m browser -rs tests/test_browser.py
 
 bench: install ## performance anchors: our time / reference time, measured in one run
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done

@@ -64,7 +64,7 @@ def verdict_counts(results: Mapping[str, dict[str, Any] | str | None]) -> dict[s
         if isinstance(res, dict) and res["status"] == "ok":
             out[slug] = Counter(c["verdict"] for c in res["claims"])
         else:
-            out[slug] = Counter({NOT_RUN: len(registry.get(slug).module().CLAIMS) if res is not None else 1})
+            out[slug] = Counter({NOT_RUN: len(registry.get(slug).module().CLAIMS)})
     return out
 
 
