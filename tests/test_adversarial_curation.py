@@ -248,3 +248,17 @@ def test_presets_resolve() -> None:
     for preset in ("quick", "full", "paper"):
         params = p.Params.resolve(preset)
         assert "2" in params.K_list and 0.25 in params.budgets
+
+
+def test_batched_dynamics_equal_one_phi_at_a_time() -> None:
+    pts = ring.grid_points(16)
+    p_data = ring.ring_density(pts, 0.3)
+    r = ring.reward(pts, 1.5)
+    near = np.linalg.norm(pts - ring.X_STAR, axis=1) <= ring.NEAR
+    g, a = dy.Curator(r, 2.0), dy.Curator(ring.adversary_reward("rotated", pts, r, 1.5), 2.0)
+    phis = np.array([0.0, 0.3, 0.7])
+    batch = dy.run_dynamics_batch(p_data, p_data, r, g, a, phis, 1.0, 8, near)
+    for phi, tr in zip(phis, batch):
+        one = dy.run_dynamics(p_data, p_data, r, g, a, phi, 1.0, 8, near)
+        np.testing.assert_allclose(tr.exp_reward, one.exp_reward, rtol=1e-12)
+        np.testing.assert_allclose(tr.p_final, one.p_final, atol=1e-15)

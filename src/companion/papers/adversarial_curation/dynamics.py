@@ -38,15 +38,20 @@ def sigma_matrix(u: np.ndarray) -> np.ndarray:
     return expit(u[:, None] - u[None, :])
 
 
+def _col(v: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``v`` (n,) shaped to broadcast against ``like`` (n,) or (n, m)."""
+    return v if like.ndim == 1 else v[:, None]
+
+
 def h_pair(S: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``H`` for K = 2: ``2 sum_j p_j sigmoid(u_i - u_j)`` (one mat-vec)."""
+    """``H`` for K = 2: ``2 sum_j p_j sigmoid(u_i - u_j)`` (one mat-vec; ``p`` may hold densities as columns)."""
     return 2.0 * (S @ p)
 
 
 def h_softmax(u: np.ndarray, p: np.ndarray) -> np.ndarray:
     """``H`` for K = inf: ``e^u / E_p[e^u]`` (computed with the maximum shifted out)."""
     w = np.exp(u - u.max())
-    return w / (p @ w)
+    return _col(w, p) / (w @ p)
 
 
 def h_enumerate(u: np.ndarray, p: np.ndarray, K: int) -> np.ndarray:
@@ -61,7 +66,7 @@ def h_enumerate(u: np.ndarray, p: np.ndarray, K: int) -> np.ndarray:
 
 
 def h_luce_mc(u: np.ndarray, p: np.ndarray, K: int, rng: np.random.Generator,
-              draws: int = 4000, knots: int = 128) -> np.ndarray:
+              draws: int = 4000, knots: int = 64) -> np.ndarray:
     """``H`` for finite K by Monte Carlo: ``draws`` sums of K-1 rivals' ``e^u``, interpolated over
     ``knots`` values of ``e^u``, and normalised so that ``E_p[H] = 1`` exactly."""
     ev = np.exp(u - u.max())
@@ -96,28 +101,31 @@ class Curator:
             return h_pair(self.S, p)
         if self.rng is None:
             raise ValueError("a finite K > 2 needs a Monte-Carlo generator")
+        if p.ndim == 2:
+            return np.stack([self.h(col) for col in p.T], axis=1)
         return h_luce_mc(self.u, p, int(self.K), self.rng, self.draws)
 
 
-def cov(p: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
-    """``Cov_p(a, b) = E_p[a b] - E_p[a] E_p[b]`` for a probability vector ``p``."""
-    return float(p @ (a * b) - (p @ a) * (p @ b))
+def cov(p: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``Cov_p(a, b) = E_p[a b] - E_p[a] E_p[b]`` for a probability vector ``p`` (or one per column)."""
+    a, b = (_col(x, p) if x.ndim < p.ndim else x for x in (a, b))
+    return (p * a * b).sum(axis=0) - (p * a).sum(axis=0) * (p * b).sum(axis=0)
 
 
 def refit(p_data: np.ndarray, q: np.ndarray, lam: float) -> np.ndarray:
     """The unrestricted refit on real + curated data: ``(p_data + lam q) / (1 + lam)``; ``q`` if ``lam = inf``."""
     if lam == INF:
         return q
-    return (p_data + lam * q) / (1.0 + lam)
+    return (_col(p_data, q) + lam * q) / (1.0 + lam)
 
 
 def predicted_change(p: np.ndarray, p_data: np.ndarray, f: np.ndarray, h_r: np.ndarray,
-                     h_adv: np.ndarray, phi: float, lam: float) -> float:
+                     h_adv: np.ndarray, phi: float | np.ndarray, lam: float) -> np.ndarray:
     """One-step change of ``E[f]`` from the covariance identity (with the real-data term if ``lam < inf``)."""
     curated = (1.0 - phi) * cov(p, f, h_r) + phi * cov(p, f, h_adv)
     if lam == INF:
         return curated
-    return (lam * curated + (p_data @ f - p @ f)) / (1.0 + lam)
+    return (lam * curated + (f @ p_data - f @ p)) / (1.0 + lam)
 
 
 @dataclass
@@ -135,29 +143,40 @@ class Trajectory:
     p_final: np.ndarray
 
 
-def run_dynamics(p0: np.ndarray, p_data: np.ndarray, r: np.ndarray, genuine: Curator,
-                 adversary: Curator, phi: float, lam: float, T: int, near_mask: np.ndarray) -> Trajectory:
-    """Iterate ``p <- refit(p_data, p [(1-phi) H_r + phi H_adv], lam)`` for ``T`` rounds from ``p0``."""
-    f = np.exp(r)
-    p = p0.copy()
+def run_dynamics_batch(p0: np.ndarray, p_data: np.ndarray, r: np.ndarray, genuine: Curator,
+                       adversary: Curator, phis: np.ndarray, lam: float, T: int,
+                       near_mask: np.ndarray) -> list[Trajectory]:
+    """Iterate ``p <- refit(p_data, p [(1-phi) H_r + phi H_adv], lam)`` for ``T`` rounds from ``p0``,
+    for every ``phi`` at once (densities as columns, so K = 2 is one matrix product per round)."""
+    f, near = np.exp(r), near_mask.astype(float)
+    phis = np.asarray(phis, dtype=float)
+    P = np.repeat(p0[:, None], len(phis), axis=1)
     stats = {k: [] for k in ("e", "r", "near", "tv", "pred", "err", "cov")}
     for t in range(T + 1):
-        stats["e"].append(p @ f)
-        stats["r"].append(p @ r)
-        stats["near"].append(p[near_mask].sum())
-        stats["tv"].append(0.5 * np.abs(p - p_data).sum())
+        stats["e"].append(f @ P)
+        stats["r"].append(r @ P)
+        stats["near"].append(near @ P)
+        stats["tv"].append(0.5 * np.abs(P - p_data[:, None]).sum(axis=0))
         if t == T:
             break
-        h_r = genuine.h(p)
-        h_adv = adversary.h(p)
-        step = predicted_change(p, p_data, f, h_r, h_adv, phi, lam)
-        q = p * ((1.0 - phi) * h_r + phi * h_adv)
-        q /= q.sum()  # without it a rounding error in the total mass doubles every K = 2 round
-        p_next = refit(p_data, q, lam)
-        stats["pred"].append(p @ f + step)
-        stats["err"].append(abs((p_next @ f - p @ f) - step))
-        stats["cov"].append(cov(p, f, h_adv))
-        p = p_next
-    return Trajectory(np.array(stats["e"]), np.array(stats["r"]), np.array(stats["near"]),
-                      np.array(stats["tv"]), np.array([np.nan, *stats["pred"]]), np.array(stats["err"]),
-                      np.array(stats["cov"]), float(np.abs(p - p0).max()), p)
+        h_r, h_adv = genuine.h(P), adversary.h(P)
+        step = predicted_change(P, p_data, f, h_r, h_adv, phis, lam)
+        Q = P * ((1.0 - phis) * h_r + phis * h_adv)
+        Q /= Q.sum(axis=0)  # without it a rounding error in the total mass doubles every K = 2 round
+        P_next = refit(p_data, Q, lam)
+        stats["pred"].append(f @ P + step)
+        stats["err"].append(np.abs((f @ P_next - f @ P) - step))
+        stats["cov"].append(cov(P, f, h_adv))
+        P = P_next
+    arr = {k: np.array(v) for k, v in stats.items()}  # (rounds, len(phis))
+    drift = np.abs(P - p0[:, None]).max(axis=0)
+    nan = np.full((1, len(phis)), np.nan)
+    pred = np.concatenate([nan, arr["pred"]])
+    return [Trajectory(arr["e"][:, k], arr["r"][:, k], arr["near"][:, k], arr["tv"][:, k], pred[:, k],
+                       arr["err"][:, k], arr["cov"][:, k], float(drift[k]), P[:, k]) for k in range(len(phis))]
+
+
+def run_dynamics(p0: np.ndarray, p_data: np.ndarray, r: np.ndarray, genuine: Curator,
+                 adversary: Curator, phi: float, lam: float, T: int, near_mask: np.ndarray) -> Trajectory:
+    """One ``phi`` of :func:`run_dynamics_batch`."""
+    return run_dynamics_batch(p0, p_data, r, genuine, adversary, np.array([phi]), lam, T, near_mask)[0]
