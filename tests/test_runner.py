@@ -216,3 +216,18 @@ def test_external_paths_are_fingerprinted_by_content(tmp_path):
     second = keys.external_paths({"model_path": str(tmp_path / "m"), "seeds": 3})
     assert set(first) == {"model_path"} and first != second
     assert keys.external_paths({"model_path": ""}) == {}
+
+
+def test_fetch_offline_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(registry, "project_root", lambda: tmp_path)
+    t0 = time.perf_counter()
+    assert cli.main(["fetch", "extractive-structures"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cannot fetch allenai/OLMo-7B-hf" in err
+    assert time.perf_counter() - t0 < 30
+
+
+def test_fetch_of_a_synthetic_paper_says_there_is_nothing_to_fetch(capsys):
+    assert cli.main(["fetch", "improvement-feedback"]) == 2
+    assert "nothing to fetch" in capsys.readouterr().err

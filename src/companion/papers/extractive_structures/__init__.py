@@ -44,6 +44,7 @@ from companion.papers.extractive_structures.fact_world import BOS, World, candid
 from companion.papers.extractive_structures import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures.weight_deltas import Delta, delta_since, snapshot, with_deltas
+from companion.fetch import Source
 from companion.params import BaseParams, ParamError, local_default, param, require_path, resolve_path
 
 ORDERS = ("facts_first", "impl_first", "joint")
@@ -54,6 +55,12 @@ LOG_EVERY_A = 3  # Stage-A trajectory resolution in epochs (evaluation only; tra
 
 FULL = {"seeds": 20, "n_pre_names": 300, "n_train_names": 200, "epochs_pre": 100, "epochs_phase": 80,
         "epochs_test": 40, "replay_size": 100, "trace_seeds": 5, "contrast_seeds": 5}
+
+
+SOURCES = (
+    Source("model", "OLMo-7B, the paper's main model (Hugging Face format)", "Apache-2.0",
+           repo_id="allenai/OLMo-7B-hf", allow=("*.json", "*.safetensors", "*.txt", "*.model")),
+)
 
 
 @dataclass(frozen=True)
