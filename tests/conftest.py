@@ -66,4 +66,7 @@ def toy_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setitem(sys.modules, "companion.papers.toy_paper", module)
     monkeypatch.setattr(registry, "PAPERS", {TOY_SLUG: registry.Paper(TOY_SLUG, "Toy", "A. B.", "https://x", "toy")})
     monkeypatch.setattr(registry, "project_root", lambda: tmp_path)
+    # Dask worker processes would not see these monkeypatches: sweeps and stores run inline here
+    # (tests/test_executor.py puts the toy paper on real workers through a preload).
+    monkeypatch.setenv("COMPANION_SCHEDULER", "inline")
     return tmp_path

@@ -138,7 +138,51 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if "seeds" in pairs:
             raise UsageError("give seeds either with --seeds or with -p seeds=..., not both")
         pairs["seeds"] = str(args.seeds)
-    return sweep(args.slug, args.preset, pairs, Path(args.out) if args.out else None, args.force)
+    return sweep(args.slug, args.preset, pairs, Path(args.out) if args.out else None, args.force,
+                 scheduler=args.scheduler, threads=args.threads, workers=args.workers, quiet=args.quiet)
+
+
+def _records(args: argparse.Namespace) -> list[tuple[str, int | None]]:
+    """The (preset, seed) records ``store`` keeps: --evidence, or --preset with --seed S[,S...]."""
+    from companion.evidence import EVIDENCE
+
+    if args.evidence:
+        if args.seed is not None:
+            raise UsageError("--evidence stores every record of the robustness table; drop --seed")
+        return list(EVIDENCE)
+    if args.seed is None:
+        return [(args.preset, None)]
+    try:
+        return [(args.preset, int(s)) for s in args.seed.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seed expects an integer or a comma-separated list, got {args.seed!r}") from None
+
+
+def cmd_run_all(args: argparse.Namespace) -> int:
+    """Every paper's notebook at one preset, one Dask task each; the verdict table of each."""
+    from companion.claims import format_table
+    from companion.executor import Spec, run_many
+
+    raw = _pairs(args.param)
+    specs = [Spec(slug, args.preset, raw, force=args.force) for slug in registry.PAPERS]
+
+    def show(done) -> None:
+        res = done.record
+        if res is None:
+            print(f"{done.spec.slug}: failed ({done.error})\n", flush=True)
+            return
+        note = " (from cache)" if done.cached else ""
+        print(format_table(res["claims"]))
+        print(f"{res['paper']}: {res['status']} in {res['provenance']['wall_seconds']:.1f} s{note}"
+              + (f"; error: {res['error']}" if res["status"] != "ok" else ""))
+        print(f"run folder: {done.path}\n", flush=True)
+
+    results = run_many(specs, scheduler=args.scheduler, threads=args.threads, workers=args.workers,
+                       on_done=show, quiet=args.quiet)
+    failed = [d for d in results if not d.ok]
+    for d in failed:
+        print(f"failed: {d.spec.slug}: {d.error}", file=sys.stderr)
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def status_rows(root: Path) -> list[dict[str, Any]]:
@@ -187,16 +231,51 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """Run papers at a preset and seed and keep the records (the quick default also as the page)."""
-    from companion.evidence import store
+    from companion.executor import Spec, run_many
 
     slugs = args.slugs or list(registry.PAPERS)
     for slug in slugs:
         registry.get(slug)
-    failed = [slug for slug in slugs
-              if not store(slug, args.preset, args.seed, force=args.force, progress=_progress(args))]
-    for slug in failed:
-        print(f"failed: {slug} (see data/results/{slug}/)", file=sys.stderr)
+    specs = [Spec(slug, preset, {} if seed is None else {"seed": str(seed)}, kind="store", force=args.force,
+                  label=f"{slug} {preset}" + ("" if seed is None else f" seed {seed}"), progress=_progress(args))
+             for slug in slugs for preset, seed in _records(args)]
+
+    def show(done) -> None:
+        res = done.record
+        if res is None:
+            print(f"{done.spec.name}: failed ({done.error})", flush=True)
+            return
+        print(f"{done.spec.slug} {res['params']['preset']} seed {res['params']['seed']}: {res['status']} in "
+              f"{res['provenance']['wall_seconds']:.1f} s" + (" (cached)" if done.cached else ""), flush=True)
+        if res["status"] != "ok":
+            print(f"  {res['error']}", flush=True)
+
+    results = run_many(specs, scheduler=args.scheduler, threads=args.threads, workers=args.workers,
+                       on_done=show, quiet=args.quiet)
+    failed = [d for d in results if not d.ok]
+    for d in failed:
+        print(f"failed: {d.spec.name} (see data/results/{d.spec.slug}/)", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    """--scheduler, --threads, --workers: where the notebooks of sweep, store and run-all run."""
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="an existing Dask scheduler (default: $COMPANION_SCHEDULER, else an embedded "
+                        "local cluster; 'inline' runs the notebooks one after another in this process)")
+    p.add_argument("--threads", type=int, help="threads per notebook on a worker (default: "
+                                               "$COMPANION_THREADS, else 1)")
+    p.add_argument("--workers", type=int, help="worker processes of the embedded cluster (default: "
+                                               "cores / threads)")
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    """Download a paper's public weights and data into data/local/<slug>/ (needs the network)."""
+    from companion.fetch import fetch
+
+    for folder in fetch(args.slug):
+        print(f"fetched: {folder}")
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,16 +286,30 @@ def build_parser() -> argparse.ArgumentParser:
     params = sub.add_parser("params", help="every parameter of one paper with its presets and range")
     params.add_argument("slug", help="paper slug (see `companion list`)")
     params.set_defaults(func=cmd_params)
+    fetch = sub.add_parser("fetch", help="download a paper's public weights and data into data/local/ (network)")
+    fetch.add_argument("slug", help="paper slug (see `companion list`)")
+    fetch.set_defaults(func=cmd_fetch)
     status = sub.add_parser("status", help="stored records per paper: runtime, current or stale, verdicts")
     status.add_argument("--json", action="store_true", help="print the records as JSON")
     status.set_defaults(func=cmd_status)
     store = sub.add_parser("store", help="run and keep stored records (make notebooks)")
     store.add_argument("slugs", nargs="*", help="papers to store (default: all)")
     store.add_argument("--preset", default="quick", choices=PRESET_NAMES)
-    store.add_argument("--seed", type=int, help="base seed (default: the preset's)")
+    store.add_argument("--seed", help="base seed, or several comma-separated (default: the preset's)")
+    store.add_argument("--evidence", action="store_true",
+                       help="every record of the robustness table (quick seeds 0, 100, 1000 and full seed 0)")
     store.add_argument("--force", action="store_true", help="rerun even when a cached run matches")
     store.add_argument("--quiet", action="store_true", help="no progress display")
+    _cluster_options(store)
     store.set_defaults(func=cmd_store)
+    run_all = sub.add_parser("run-all", help="every paper's notebook at one preset, in parallel")
+    run_all.add_argument("--preset", default="quick", choices=PRESET_NAMES)
+    run_all.add_argument("-p", "--param", action="append", default=[], metavar="NAME=VALUE",
+                         help="override a parameter of every paper (e.g. seeds=2)")
+    run_all.add_argument("--force", action="store_true", help="rerun even when a cached run matches")
+    run_all.add_argument("--quiet", action="store_true", help="no progress display")
+    _cluster_options(run_all)
+    run_all.set_defaults(func=cmd_run_all)
     for name, func, helptext in (("run", cmd_run, "run one paper's notebook"),
                                  ("sweep", cmd_sweep, "sweep one parameter over a list of values")):
         p = sub.add_parser(name, help=helptext)
@@ -232,18 +325,21 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--log-output", action="store_true", help="stream cell output to the log")
         else:
             p.add_argument("--seeds", type=int, help="number of seeds per grid point")
+            _cluster_options(p)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, dispatch; usage errors exit 2, disk errors 1, interrupts 130, one line each."""
     from companion.evidence import UncommittedCode
+    from companion.fetch import FetchError
+    from companion.executor import SchedulerError
     from companion.runner import Interrupted
 
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except (UsageError, ParamError, registry.UnknownPaper, UncommittedCode) as err:
+    except (UsageError, ParamError, registry.UnknownPaper, UncommittedCode, SchedulerError, FetchError) as err:
         print(f"companion: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:

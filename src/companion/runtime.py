@@ -89,8 +89,10 @@ def parallel_map(fn: Callable[..., T], jobs: Sequence[tuple], workers: int | Non
     """``[fn(*job) for job in jobs]`` across worker processes (spawned, so safe inside Jupyter).
 
     ``fn`` must be importable (defined in a module). With one worker or one job it runs inline.
+    The default number of workers is the run's :func:`thread_budget`, so a notebook on a Dask
+    worker (``COMPANION_THREADS`` set to its share) starts no pool wider than that share.
     """
-    workers = min(workers or cores(), len(jobs))
+    workers = min(workers or thread_budget(), len(jobs))
     if workers <= 1:
         out = []
         for job in jobs:

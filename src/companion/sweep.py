@@ -10,7 +10,7 @@ import pandas as pd
 
 from companion import registry
 from companion.params import ParamError
-from companion.runner import execute, resolve, write_atomic
+from companion.runner import resolve, write_atomic
 
 
 def grid(slug: str, preset: str, pairs: Mapping[str, str]) -> tuple[str, list[str], dict[str, str]]:
@@ -50,31 +50,58 @@ def plot(table: pd.DataFrame, name: str, path: Path) -> None:
     fig.savefig(path)
 
 
-def sweep(slug: str, preset: str, pairs: Mapping[str, str], out: Path | None, force: bool) -> int:
-    """Run the grid; write ``sweep.csv`` and ``sweep.png``; exit 1 if any point failed."""
+def rows_of(name: str, value: str, done) -> list[dict]:
+    """The sweep.csv rows of one finished point: one per claim (a failed point has none)."""
+    rows = []
+    for c in (done.record or {}).get("claims", []):
+        lo, hi = c["interval"] or (c["value"], c["value"])  # an exact claim has no interval
+        rows.append({name: value, "claim": c["id"], "value": c["value"], "lo": lo, "hi": hi,
+                     "threshold": c["threshold"], "verdict": c["verdict"], "run": str(done.path)})
+    return rows
+
+
+def sweep(slug: str, preset: str, pairs: Mapping[str, str], out: Path | None, force: bool,
+          scheduler: str | None = None, threads: int | None = None, workers: int | None = None,
+          quiet: bool = False) -> int:
+    """Run the grid, one Dask task per point (:mod:`companion.executor`); write ``sweep.csv`` and
+    ``sweep.png``; exit 1 if any point failed.
+
+    Every point is validated before any runs. ``sweep.csv`` is rewritten as each point finishes
+    (grid order), so an interrupted sweep leaves the points it finished, and rerunning the same
+    command answers them from the runner's cache.
+    """
+    from companion.executor import Spec, run_many
+
     name, values, fixed = grid(slug, preset, pairs)
     root = registry.project_root()
     out = out or root / "runs" / slug / f"sweep-{name}"
-    out.mkdir(parents=True, exist_ok=True)
-    rows, failed = [], []
-    for value in values:
-        outcome = execute(slug, preset, {**fixed, name: value}, force=force, root=root)
-        print(f"{name}={value}: {outcome.results['status']} ({outcome.folder})")
-        if not outcome.ok:
-            failed.append(f"{name}={value}: {outcome.results['error']}")
-        for c in outcome.results["claims"]:
-            lo, hi = c["interval"] or (c["value"], c["value"])  # an exact claim has no interval
-            rows.append({name: value, "claim": c["id"], "value": c["value"], "lo": lo,
-                         "hi": hi, "threshold": c["threshold"], "verdict": c["verdict"],
-                         "run": str(outcome.folder)})
-    table = pd.DataFrame(rows)
-    write_atomic(out / "sweep.csv", table.to_csv(index=False))
+    specs = [Spec(slug, preset, {**fixed, name: value}, force=force, label=f"{name}={value}")
+             for value in values]
+    finished: dict[str, list[dict]] = {}
+
+    def write_table() -> pd.DataFrame:
+        table = pd.DataFrame([row for value in values for row in finished.get(value, [])])
+        write_atomic(out / "sweep.csv", table.to_csv(index=False))
+        return table
+
+    def point_done(done) -> None:
+        value = done.spec.raw[name]
+        status = (done.record or {}).get("status", "failed")
+        note = " (from cache)" if done.cached else ""
+        print(f"{name}={value}: {status}{note} ({done.path or done.error})", flush=True)
+        finished[value] = rows_of(name, value, done)
+        write_table()
+
+    results = run_many(specs, scheduler=scheduler, threads=threads, workers=workers,
+                       on_done=point_done, quiet=quiet, root=root)
+    table = write_table()
     if not table.empty:
         partial = out / ".sweep.partial.png"
         plot(table, name, partial)
         partial.replace(out / "sweep.png")
         print(table.pivot(index=name, columns="claim", values="verdict").to_string())
     print(f"wrote {out / 'sweep.csv'} and {out / 'sweep.png'}")
-    for line in failed:
-        print(f"failed: {line}", file=sys.stderr)
+    failed = [d for d in results if not d.ok]
+    for d in failed:
+        print(f"failed: {d.spec.name}: {d.error}", file=sys.stderr)
     return 1 if failed else 0
