@@ -21,11 +21,9 @@ template intent corpus (:mod:`.intents`), the frozen learners (:mod:`.icl`) and 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -35,7 +33,7 @@ from tqdm import tqdm
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
-from companion.params import BaseParams, ParamError, local_default, param, require_path, resolve_path
+from companion.params import BaseParams, ParamError, local_default, param, require_path
 from companion.papers.erase_unlearning import cost, embed, icl, intents, sisa
 from companion.papers.erase_unlearning import qkmeans as qk
 from companion.papers.erase_unlearning.erase import Deletion, Erase, PerClassErase, RandomK, projection, select
@@ -361,9 +359,9 @@ def run(params: Params) -> Results:
     per_seed = [run_seed(params, task, s, attention_learner(task, params.tau_icl))
                 for task, s in tqdm(list(zip(tasks, params.seed_list())), desc="seeds", disable=None, leave=False)]
     sweep = scaling(params)
-    return Results(params, source, f"attention read-out (tau = {params.tau_icl:g}) over the 384-d embeddings"
-                   if params.dataset == "intents" else f"attention read-out (tau = {params.tau_icl:g})",
-                   per_seed, sweep, holistic(params, per_seed), time.perf_counter() - start)
+    learner = (f"attention read-out (tau = {params.tau_icl:g}) over the "
+               f"{tasks[0].E_train.shape[1]}-d embeddings")
+    return Results(params, source, learner, per_seed, sweep, holistic(params, per_seed), time.perf_counter() - start)
 
 
 def holistic(params: Params, per_seed: list[SeedResult]) -> dict[str, Any]:

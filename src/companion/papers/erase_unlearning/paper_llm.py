@@ -6,7 +6,8 @@ Each ``<task>.json`` under ``data_path`` holds examples with an input and an out
 per line. Each task is split 70 / 30 with the seed; inputs are embedded by MiniLM for the
 clustering and the SISA heads; the LLM at ``model_path`` (loaded by
 :func:`companion.papers.extractive_structures.causal_lm.load`, offline) answers every test query
-by scoring the candidate labels after the ERASE (or random-k) prompt. SISA fine-tunes MLP heads
+by scoring the candidate labels after the ERASE (or random-k) prompt; the holistic cost uses
+that LLM's parameter count and the tasks' mean training size. SISA fine-tunes MLP heads
 on the embeddings, not LoRA adapters on the LLM (the spec's LoRA baseline is not implemented).
 """
 
@@ -77,7 +78,7 @@ def run_paper(params):
     device = runtime.resolve_device(params.device)
     model, tok = causal_lm.load(str(resolve_path(params.model_path)), device)
     n_llm = sum(p.numel() for p in model.parameters())
-    per_seed = []
+    per_seed, sizes = [], []
     for path in tqdm(task_files(params.data_path), desc="tasks", disable=None, leave=False):
         pairs = read_examples(path)
         for s in params.seed_list():
@@ -87,6 +88,7 @@ def run_paper(params):
             train, test = [pairs[i] for i in order[:cut]], [pairs[i] for i in order[cut:]]
             if params.smoke:
                 train, test = train[:40], test[:6]
+            sizes.append(len(train))
             labels = sorted({y for _, y in train})
             index = {y: i for i, y in enumerate(labels)}
             E = embed.encode(encoder, [x for x, _ in train] + [x for x, _ in test])
@@ -109,6 +111,6 @@ def run_paper(params):
     sweep = eu.scaling(params)
     return eu.Results(params, eu.embed.MINILM + f" on {len(task_files(params.data_path))} BBII task file(s)",
                       f"local LLM at model_path ({n_llm / 1e6:.1f}M parameters), label scoring",
-                      per_seed, sweep, eu.holistic(replace(params, llm_params_for_cost=float(n_llm))
-                                                   if params.smoke else params, per_seed),
+                      per_seed, sweep, eu.holistic(replace(params, llm_params_for_cost=float(n_llm),
+                                                           n_train=int(np.mean(sizes))), per_seed),
                       time.perf_counter() - start)
