@@ -202,3 +202,67 @@ def test_cached_features_path(tmp_path) -> None:
     assert all(0 <= r["auroc"] <= 1 for r in out["rows"])
     with pytest.raises(ParamError, match="features_dir"):
         p.run(p.Params.resolve("paper"))
+
+
+def _tiny_image_world(root, sets=("textures", "sun")):
+    """A random tiny ResNet classifier saved with save_pretrained and a few generated images."""
+    from PIL import Image
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    torch.manual_seed(0)
+    model = ResNetForImageClassification(ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16],
+                                                      depths=[1, 1], num_labels=3, image_size=32))
+    model.save_pretrained(root / "model")
+    rng = np.random.default_rng(0)
+
+    def write(folder, n, bias):
+        folder.mkdir(parents=True)
+        for i in range(n):
+            arr = np.clip(rng.normal(bias, 40, size=(20, 24, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(arr).save(folder / f"{i}.png")
+
+    for split, n in (("train", 30), ("test", 10)):
+        for c in range(3):
+            write(root / "images" / split / f"class{c}", n, 60 + 60 * c)
+    for s in sets:
+        write(root / "images" / "ood" / s, 12, 128)
+    return model
+
+
+def test_extraction_writes_the_features_dir_that_the_paper_preset_reads(tmp_path, capsys):
+    from companion.papers.ood_dcc import extract_features as extract
+
+    model = _tiny_image_world(tmp_path)
+    assert extract.main([str(tmp_path / "model"), str(tmp_path / "images"), str(tmp_path / "feats")]) == 0
+    feats = tmp_path / "feats"
+    assert np.load(feats / "train_feats.npy").shape == (90, 16)
+    assert np.load(feats / "textures_logits.npy").shape == (12, 3)
+    assert np.array_equal(np.load(feats / "train_labels.npy"), np.repeat(np.arange(3), 30))
+    W, b = np.load(feats / "head_W.npy"), np.load(feats / "head_b.npy")
+    # the cached logits are the head applied to the cached features (the features are its input)
+    assert np.allclose(np.load(feats / "test_feats.npy") @ W.T + b, np.load(feats / "test_logits.npy"), atol=1e-5)
+    assert np.allclose(W, model.classifier[1].weight.detach().double().numpy())
+    bank = p.cached_bank(str(feats), ("textures", "sun"))
+    assert bank.train[1].shape == (90, 16) and set(bank.ood) == {"textures", "sun"}
+    params = p.Params.resolve("paper", features_dir=str(feats), ood_sets=("textures", "sun"), knn_k=5)
+    assert params.features_dir == str(feats)
+    assert extract.main([str(tmp_path / "nope"), str(tmp_path / "images"), str(tmp_path / "f2")]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_paper_preset_runs_through_the_cli_on_extracted_features(tmp_path, capsys):
+    import json
+
+    from companion import cli
+    from companion.papers.ood_dcc import extract_features
+
+    _tiny_image_world(tmp_path)
+    assert extract_features.main([str(tmp_path / "model"), str(tmp_path / "images"), str(tmp_path / "f")]) == 0
+    assert cli.main(["run", "ood-dcc", "--preset", "paper", "-p", f"features_dir={tmp_path / 'f'}",
+                     "-p", "ood_sets=textures,sun", "-p", "knn_k=5", "-p", "device=cpu",
+                     "--out", str(tmp_path / "run")]) == 0
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["status"] == "ok" and res["params"]["preset"] == "paper"
+    assert set(res["provenance"]["paths"]) == {"features_dir"}
+    assert len(res["provenance"]["paths"]["features_dir"]["sha256"]) == 64
