@@ -130,18 +130,23 @@ class BatchNormTopKSAE(nn.Module):
         return self.decode(self.encode(x)[1])
 
 
+def aux_codes(pre: Tensor, z: Tensor) -> Tensor:
+    """The n // 2 largest entries of ReLU(pre) - z (the best codes TopK did not select), rest 0."""
+    unselected = torch.relu(pre) - z
+    top = unselected.topk(unselected.shape[1] // 2, dim=1)
+    return torch.zeros_like(z).scatter(-1, top.indices, top.values)
+
+
 def auxk_l1_loss(x: Tensor, x_hat: Tensor, pre: Tensor, z: Tensor, dictionary: Tensor,
-                 penalty: float = 0.1) -> Tensor:
+                 penalty: float = 0.1, z_aux: Tensor | None = None) -> Tensor:
     """``overcomplete``'s top_k_auxiliary_loss_L1: mean|x - x_hat| + penalty * mean|r - z_aux D|.
 
-    r = x - x_hat; z_aux keeps the n // 2 largest entries of ReLU(pre) - z, the best codes the
-    TopK did not select, so that dead codes get a gradient through the residual.
+    r = x - x_hat; z_aux (:func:`aux_codes`, computed here unless given) lets dead codes get a
+    gradient through the residual.
     """
     residual = x - x_hat
     loss = residual.abs().mean()
     if penalty == 0:
         return loss
-    unselected = torch.relu(pre) - z
-    top = unselected.topk(unselected.shape[1] // 2, dim=1)
-    z_aux = torch.zeros_like(z).scatter(-1, top.indices, top.values)
+    z_aux = aux_codes(pre, z) if z_aux is None else z_aux
     return loss + penalty * (residual - z_aux @ dictionary).abs().mean()

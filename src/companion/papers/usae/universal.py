@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from companion.models.topk_sae import BatchNormTopKSAE, auxk_l1_loss
+from companion.models.topk_sae import BatchNormTopKSAE, aux_codes, auxk_l1_loss
 from companion.papers.usae.concepts import r2
 
 VARIANTS = ("universal", "shuffled", "independent")
@@ -88,10 +88,11 @@ def step_loss(saes: list[BatchNormTopKSAE], batch: list[Tensor], i: int, targets
               penalty: float) -> Tensor:
     """Encode with model i, decode with every model in ``targets``, sum the AuxK-L1 losses."""
     pre, z = saes[i].encode(batch[i])
+    z_aux = aux_codes(pre, z) if penalty > 0 else None  # the same for every decoder j
     loss = batch[i].new_zeros(())
     for j in targets:
         d = saes[j].get_dictionary()
-        loss = loss + auxk_l1_loss(batch[j], z @ d, pre, z, d, penalty)
+        loss = loss + auxk_l1_loss(batch[j], z @ d, pre, z, d, penalty, z_aux)
     return loss
 
 
