@@ -45,7 +45,7 @@ SLUG = "flat-influence"
 class Params(BaseParams):
     """Parameters of the noisy-label detection study; defaults are the quick preset."""
 
-    seeds: int = param(3, lo=1, hi=64, help="number of seeds (data, noise, init, fine-tunes); claims need >= 3")
+    seeds: int = param(5, lo=1, hi=64, help="number of seeds (data, noise, init, fine-tunes); claims need >= 3")
     n_classes: int = param(5, lo=2, hi=20, help="classes K of the synthetic task")
     n_features: int = param(20, lo=2, hi=100, help="input dimension of the synthetic task")
     class_sep: float = param(1.0, lo=0.2, hi=3.0, help="scale s of the class means, mu_k ~ N(0, s^2 I)")
@@ -78,7 +78,7 @@ class Params(BaseParams):
     smoke: bool = param(False, help="paper preset: the same pipeline on a tiny budget (CPU, < 2 min)")
 
     PRESETS = {
-        "full": {"seeds": 10, "n_train": 2000, "hidden": 64, "train_steps": 5000, "ft_steps": 500,
+        "full": {"seeds": 8, "n_train": 2000, "hidden": 64, "train_steps": 5000, "ft_steps": 500,
                  "n_val_sweep": (25, 50, 100, 200, 400, 800)},
         "paper": {"seeds": 3, "n_train": 49000, "n_val": 1000, "n_val_sweep": (125, 250, 500, 1000),
                   "n_test": 10000, "n_classes": 10, "ft_steps": 200, "ft_lr": 1e-3,
