@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
 
 from companion import claims, runtime
 from companion.claims import Claim, Verdict
@@ -97,6 +98,7 @@ class Params(BaseParams):
     rbf_bw: float = param(1.2, lo=0.1, hi=5.0, help="RBF bandwidth")
     anchor_n: int = param(20000, lo=1000, hi=500000, help="grid-vs-samples check: samples per round")
     anchor_rounds: int = param(5, lo=1, hi=30, help="grid-vs-samples check: rounds compared")
+    anchor_seeds: int = param(10, lo=1, hi=64, help="grid-vs-samples check: seeds of the sample loop (cheap)")
 
     PRESETS = {
         "full": {"seeds": 10, "grid_G": 50, "K_list": ("2", "4", "inf"),
@@ -104,7 +106,7 @@ class Params(BaseParams):
                  "lambda_list": ("inf", "4", "1", "0.25"), "T_exact": 60, "N_samples": 5000,
                  "N_pairs": 2000, "T_loop": 20, "density_model": "gmm",
                  "attacks": ("none", "random", "gap", "influence", "influence_alpha0.8"),
-                 "budgets": (0.05, 0.1, 0.2, 0.25, 0.4)},
+                 "budgets": (0.05, 0.1, 0.2, 0.25, 0.4), "anchor_seeds": 20},
         # the paper's own settings (a DDPM on Gaussian-8, CIFAR-10) need a GPU and downloads:
         # `paper` is the largest synthetic setting of this page, not the paper's experiment
         "paper": {"seeds": 20, "grid_G": 64, "K_list": ("2", "4", "inf"),
@@ -112,7 +114,7 @@ class Params(BaseParams):
                   "lambda_list": ("inf", "4", "1", "0.25"), "T_exact": 100, "N_samples": 10000,
                   "N_pairs": 4000, "T_loop": 30, "density_model": "gmm",
                   "attacks": ("none", "random", "gap", "influence", "influence_alpha0.8"),
-                  "budgets": (0.05, 0.1, 0.2, 0.25, 0.4)},
+                  "budgets": (0.05, 0.1, 0.2, 0.25, 0.4), "anchor_seeds": 20},
     }
 
     def __post_init__(self) -> None:
@@ -221,7 +223,7 @@ def run_anchor(params: Params) -> pd.DataFrame:
     tr = run_dynamics(w["p_data"], w["p_data"], w["r"], genuine, genuine, 0.0, INF,
                       params.anchor_rounds, w["near"])
     rows = [{"source": "grid", "seed": -1, "round": t, "reward": v} for t, v in enumerate(tr.reward)]
-    for s in params.seed_list():
+    for s in range(params.seed, params.seed + params.anchor_seeds):
         means = true_reward_loop(params.anchor_n, params.anchor_rounds, params.gamma_reward,
                                  params.s_mode_grid, ANCHOR_KDE_H, s, 2, params.reward_form, params.r_min)
         rows += [{"source": "samples", "seed": s, "round": t, "reward": v} for t, v in enumerate(means)]
@@ -251,7 +253,8 @@ def run_seed(params: Params, seed: int) -> tuple[list[dict], dict]:
     """Every (attack, budget) loop of one seed: per-round rows and the sample snapshots."""
     rows, snaps = [], {}
     for attack, b in runs_of(params):
-        out = run_loop(loop_config(params, attack, b), seed)
+        with threadpool_limits(1):  # small matrices: BLAS threads only contend for the cores
+            out = run_loop(loop_config(params, attack, b), seed)
         snaps[(attack, b)] = out["snapshots"]
         for t in range(params.T_loop + 1):
             rows.append({"seed": seed, "attack": attack, "budget": b, "round": t,
@@ -286,10 +289,12 @@ def run(params: Params) -> Results:
     runtime.limit_threads(1)
     seconds = {}
     t0 = time.perf_counter()
-    grid, traj = run_grid(params)
+    with threadpool_limits(1):  # one BLAS thread: the processes over seeds share the cores instead
+        grid, traj = run_grid(params)
     seconds["part_a"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    anchor = run_anchor(params)
+    with threadpool_limits(1):
+        anchor = run_anchor(params)
     seconds["anchor"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     work = params.seeds * len(runs_of(params)) * params.N_samples * params.T_loop
