@@ -30,10 +30,11 @@ sys.path.insert(0, {str(TESTS)!r})
 from conftest import TOY_SLUG, ToyParams
 from companion import registry
 
-module = types.ModuleType("companion.papers.toy_paper")
-module.Params = ToyParams
-sys.modules["companion.papers.toy_paper"] = module
-registry.PAPERS[TOY_SLUG] = registry.Paper(TOY_SLUG, "Toy", "A. B.", "https://x", "toy")
+for slug in (TOY_SLUG, "toy-two"):
+    module = types.ModuleType("companion.papers." + slug.replace("-", "_"))
+    module.Params = ToyParams
+    sys.modules[module.__name__] = module
+    registry.PAPERS[slug] = registry.Paper(slug, "Toy", "A. B.", "https://x", "toy")
 """
 
 
@@ -55,16 +56,20 @@ class Cluster:
         self.preload.write_text(PRELOAD)
         self.file = folder / "scheduler.json"
         self.env = {k: v for k, v in os.environ.items() if k != "COMPANION_THREADS"}  # tasks set it
+        self.workers: list[subprocess.Popen] = []
         self.scheduler = self._spawn("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                      "--scheduler-file", str(self.file))
-        self.workers: list[subprocess.Popen] = []
-        _wait(lambda: self.file.is_file() and self.file.stat().st_size > 0, 60, "the scheduler file")
-        self.address = json.loads(self.file.read_text())["address"]
+        try:
+            _wait(lambda: self.file.is_file() and self.file.stat().st_size > 0, 60, "the scheduler file")
+            self.address = json.loads(self.file.read_text())["address"]
+        except BaseException:
+            self.stop()
+            raise
 
     def _spawn(self, *args: str) -> subprocess.Popen:
-        log = open(self.folder / f"{args[0]}-{time.monotonic_ns()}.log", "w")
-        return subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                cwd=self.folder, start_new_session=True)
+        with open(self.folder / f"{args[0]}-{time.monotonic_ns()}.log", "w") as log:  # the child keeps its copy
+            return subprocess.Popen([str(DASK), *args], stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                    cwd=self.folder, start_new_session=True)
 
     def add_worker(self) -> subprocess.Popen:
         worker = self._spawn("worker", "--scheduler-file", str(self.file), "--host", "127.0.0.1",
@@ -83,19 +88,28 @@ class Cluster:
             client.wait_for_workers(n, timeout=90)
 
     @staticmethod
-    def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
+    def send(proc: subprocess.Popen, sig: int) -> None:
+        """Signal the process group of one of our subprocesses (gone already: nothing to do)."""
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        self.send(proc, signal.SIGKILL)
+        proc.wait(timeout=20)
 
     def stop(self) -> None:
-        for proc in [*self.workers, self.scheduler]:
-            if proc.poll() is None:
-                self.kill(proc, signal.SIGTERM)
+        """SIGTERM to every process at once, SIGKILL to any still there after 5 s."""
+        procs = [p for p in [*self.workers, self.scheduler] if p.poll() is None]
+        for proc in procs:
+            self.send(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
 
 
 @pytest.fixture(scope="module")
@@ -166,14 +180,10 @@ def test_cluster_commands_refuse_bad_input_before_compute(toy_project, monkeypat
 # ---- a real scheduler and two real workers ---------------------------------------------------
 
 @pytest.mark.slow
-def test_two_point_sweep_on_the_cluster_equals_the_local_sweep(toy_project, cluster, monkeypatch, capsys):
-    """The same sweep on the scheduler and on the embedded cluster (no scheduler named)."""
-    import dask
-
+def test_two_point_sweep_on_the_cluster_equals_the_local_sweep(toy_project, cluster, capsys):
+    """The same sweep on the scheduler's workers and in this process (the embedded cluster: run-all)."""
     assert _sweep(toy_project / "on-cluster", "--scheduler", cluster.address) == 0
-    monkeypatch.delenv(executor.SCHEDULER_ENV)
-    with dask.config.set({"distributed.worker.preload": [str(cluster.preload)]}):  # the embedded workers too
-        assert _sweep(toy_project / "local", "--force", "--workers", "2") == 0
+    assert _sweep(toy_project / "local", "--scheduler", "inline", "--threads", "1", "--force") == 0
     on_cluster, local = _values(toy_project / "on-cluster" / "sweep.csv"), _values(toy_project / "local" / "sweep.csv")
     assert on_cluster == local and [r["level"] for r in local] == ["0.2", "0.9"]
     assert (toy_project / "on-cluster" / "sweep.png").stat().st_size > 1000
@@ -204,7 +214,8 @@ def test_interrupted_sweep_resumes_from_the_cache(toy_project, cluster, monkeypa
 
     assert _sweep(out, "--scheduler", cluster.address) == 0
     assert f"level={done_level}: ok (from cache) ({folder})" in capsys.readouterr().out
-    rows = {r["level"]: r["run"] for r in csv.DictReader(open(out / "sweep.csv"))}
+    with open(out / "sweep.csv") as f:
+        rows = {r["level"]: r["run"] for r in csv.DictReader(f)}
     assert rows[done_level] == folder and set(rows) == {"0.2", "0.9"}
     key = json.loads((Path(folder) / "results.json").read_text())["provenance"]["cache_key"]
     same = [p for p in (toy_project / "runs" / "toy-paper").glob("*/results.json")
@@ -222,6 +233,41 @@ def test_store_of_several_records_on_the_cluster(toy_project, cluster, capsys):
         assert record["status"] == "ok" and record["params"]["seed"] == seed
     stored = json.loads((toy_project / "notebooks" / "toy-paper.ipynb").read_text())
     assert any("HOLDS" in str(cell.get("outputs")) for cell in stored["cells"])  # the page's run, seed 0
+
+
+@pytest.mark.slow
+def test_a_failing_point_is_recorded_and_the_others_complete(toy_project, cluster, capsys):
+    out = toy_project / "failing"
+    assert cli.main(["sweep", "toy-paper", "-p", "fail=false,true", "--out", str(out), "--quiet",
+                     "--scheduler", cluster.address]) == 1
+    captured = capsys.readouterr()
+    assert "failed: fail=true: cell" in captured.err and "boom from the toy paper" in captured.err
+    assert {r["fail"] for r in _values(out / "sweep.csv")} == {"false"}
+    statuses = sorted(json.loads(p.read_text())["status"] for p in (toy_project / "runs" / "toy-paper").glob("*/results.json"))
+    assert statuses == ["failed", "ok"]
+
+
+@pytest.mark.slow
+def test_run_all_on_the_embedded_cluster_prints_every_papers_verdicts(toy_project, cluster, monkeypatch, capsys):
+    """No scheduler named: a LocalCluster of two worker processes (given the toy papers by the preload)."""
+    import dask
+
+    from companion import registry
+
+    paper = registry.PAPERS["toy-paper"]
+    monkeypatch.setitem(registry.PAPERS, "toy-two", registry.Paper("toy-two", *[getattr(paper, f) for f in
+                                                                              ("title", "authors", "url", "bib_key")]))
+    monkeypatch.setitem(sys.modules, "companion.papers.toy_two", sys.modules["companion.papers.toy_paper"])
+    (toy_project / "notebooks" / "toy-two.ipynb").write_text((toy_project / "notebooks" / "toy-paper.ipynb").read_text())
+    monkeypatch.delenv(executor.SCHEDULER_ENV)
+    with dask.config.set({"distributed.worker.preload": [str(cluster.preload)]}):
+        assert cli.main(["run-all", "-p", "seeds=2", "--workers", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "embedded Dask cluster, 2 worker processes" in captured.err and "2/2 finished" in captured.err
+    out = captured.out
+    for slug in ("toy-paper", "toy-two"):
+        assert f"{slug}: ok in" in out
+    assert out.count("HOLDS") >= 2
 
 
 @pytest.mark.slow

@@ -29,7 +29,6 @@ filesystem) and have the same environment installed.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import io
 import os
 import sys
@@ -282,9 +281,9 @@ def run_many(
 
     def finish(i: int, result: Done) -> None:
         done[i] = result
-        progress.finish(result.spec.name, result.ok)
         if on_done is not None:
             on_done(result)
+        progress.finish(result.spec.name, result.ok)
 
     todo = []
     for i, task in enumerate(tasks):
@@ -373,8 +372,7 @@ def _client(address: str | None, workers: int, tasks: int, progress: Progress) -
                           dashboard_address=":0", memory_limit=0,
                           silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
             progress.say(f"companion: embedded Dask cluster, {n} worker processes")
-            if importlib.util.find_spec("bokeh") is not None:  # the dashboard's pages need bokeh
-                _say_dashboard(client, progress)
+            _say_dashboard(client, progress)
             yield client
         return
     try:
@@ -390,8 +388,17 @@ def _client(address: str | None, workers: int, tasks: int, progress: Progress) -
 
 
 def _say_dashboard(client: Any, progress: Progress) -> None:
+    """Print the dashboard's address when it answers (the scheduler's web server runs without
+    bokeh too, but then serves no dashboard pages)."""
+    import urllib.request
+
     try:
-        if "dashboard" in client.scheduler_info(n_workers=0).get("services", {}):
-            progress.say(f"companion: Dask dashboard at {client.dashboard_link}")
+        if "dashboard" not in client.scheduler_info(n_workers=0).get("services", {}):
+            return
+        link = client.dashboard_link
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # the cluster's own network
+        with opener.open(link, timeout=2) as reply:
+            if reply.status == 200:
+                progress.say(f"companion: Dask dashboard at {link}")
     except Exception:  # the dashboard is a convenience: never fail a run over it
         pass
