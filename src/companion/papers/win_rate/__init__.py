@@ -66,7 +66,7 @@ class Params(BaseParams):
     n_pairs_sweep: tuple[int, ...] = param((), lo=10, hi=1_000_000, min_len=0, help="E3: further pair counts")
     dpo_iters: int = param(4000, lo=40, hi=100_000, help="E3: full-batch DPO steps")
     dpo_lr: float = param(1.0, lo=1e-4, hi=100.0, help="E3: DPO step size")
-    n_seeds_e3: int = param(20, lo=5, hi=500, help="E3: DPO training runs (seeds)")
+    n_seeds_e3: int = param(400, lo=5, hi=5000, help="E3: DPO training runs (seeds)")
     X: int = param(64, lo=4, hi=100_000, help="E4: prompts")
     d_x: int = param(6, lo=1, hi=1024, help="E4: prompt feature dimension")
     K_par: int = param(16, lo=3, hi=1024, help="E4: responses per prompt")
@@ -85,15 +85,15 @@ class Params(BaseParams):
     PRESETS = {
         "full": {"seeds": 10, "tau_list": (0.25, 0.5, 1.0, 2.0, 4.0), "n_seeds_e1": 500, "N_sft": 100_000,
                  "pref_models": ("bt", "intransitive"), "beta_sweep": (0.05, 0.5), "kappa_sweep": (0.1, 1.0),
-                 "n_shell": 1000, "n_pairs_sweep": (50, 400), "dpo_iters": 8000, "n_seeds_e3": 50,
+                 "n_shell": 1000, "n_pairs_sweep": (50, 400), "dpo_iters": 8000, "n_seeds_e3": 400,
                  "X": 256, "d_x": 8, "K_par": 32, "beta_list": (0.02, 0.05, 0.1, 0.2, 0.5),
                  "steps_grid": (10, 30, 100, 300, 1000), "lr_grid": (0.03, 0.1, 0.3, 1.0),
-                 "batch_grid": (4, 32, 128), "repeats_e4": 3},
+                 "batch_grid": (4, 32, 128), "repeats_e4": 2},
         # not the paper's setting (Pythia-2.8B on Anthropic-HH cannot run offline): the largest simulated one
         "paper": {"seeds": 5, "K_tab": 32, "tau_list": (0.25, 0.5, 1.0, 2.0, 4.0), "n_seeds_e1": 500,
                   "N_sft": 100_000, "pref_models": ("bt", "intransitive"), "beta_sweep": (0.05, 0.5),
                   "kappa_sweep": (0.1, 1.0), "n_shell": 1000, "K_dpo": 32, "n_pairs_sweep": (50, 400),
-                  "dpo_iters": 8000, "n_seeds_e3": 50, "X": 1024, "d_x": 16, "K_par": 64,
+                  "dpo_iters": 8000, "n_seeds_e3": 1000, "X": 1024, "d_x": 16, "K_par": 64,
                   "beta_list": (0.02, 0.05, 0.1, 0.2, 0.5), "steps_grid": (30, 100, 300, 1000),
                   "lr_grid": (0.03, 0.1, 0.3, 1.0), "batch_grid": (32, 128), "repeats_e4": 2,
                   "policy_class": "mlp", "mlp_hidden": 128},
@@ -120,7 +120,7 @@ def budget(params: Params) -> Params:
         return params
     from dataclasses import replace
 
-    return replace(params, seeds=3, n_seeds_e1=20, N_sft=2000, n_shell=60, n_seeds_e3=5, dpo_iters=400,
+    return replace(params, seeds=3, n_seeds_e1=20, N_sft=2000, n_shell=60, n_seeds_e3=20, dpo_iters=400,
                    X=min(params.X, 32), K_par=min(params.K_par, 8), steps_grid=params.steps_grid[:2],
                    lr_grid=params.lr_grid[:2], batch_grid=params.batch_grid[:1], ref_steps=200,
                    mlp_hidden=min(params.mlp_hidden, 16), n_pairs_sweep=(), kappa_sweep=(), beta_sweep=())
@@ -167,17 +167,20 @@ def run(params: Params) -> Results:
     sweep = [e3] + [ex.e3_dpo(p.seed, p.n_seeds_e3, p.K_dpo, n, p.beta_dpo, p.dpo_lr, p.dpo_iters)
                     for n in p.n_pairs_sweep if n != p.N_pairs]
     e3_sweep = pd.DataFrame([{"N_pairs": c.n_pairs, "frac_below_half": float(np.mean(c.spearman < 0.5)),
+                              "frac_negative": float(np.mean(c.spearman < 0)),
+                              "frac_wr_falls": float(np.mean(c.wr[:, -1] < c.wr.max(axis=1) - 0.005)),
                               "median_spearman": float(np.median(c.spearman))} for c in sweep])
     secs["E3"], tick = time.perf_counter() - tick, time.perf_counter()
     g = grid(p)
     if p.policy_class == "mlp":
         device = runtime.resolve_device(p.device)
-        jobs = [lambda s=s: ex.e4_instance_mlp(s, p.X, p.d_x, p.K_par, g, p.mlp_hidden, device)
-                for s in p.seed_list()]
-    else:
-        jobs = [lambda s=s: ex.e4_instance(s, p.X, p.d_x, p.K_par, g) for s in p.seed_list()]
-    e4 = pd.concat([job() for job in tqdm(jobs, desc="E4 instances", disable=None, leave=False)],
-                   ignore_index=True)
+        tables = [ex.e4_instance_mlp(s, p.X, p.d_x, p.K_par, g, p.mlp_hidden, device)
+                  for s in tqdm(p.seed_list(), desc="E4 instances", disable=None, leave=False)]
+    else:  # one process per core once an instance costs more than starting a process
+        workers = runtime.cores() if p.X * p.K_par >= 4096 else 1
+        tables = runtime.parallel_map(ex.e4_instance, [(s, p.X, p.d_x, p.K_par, g) for s in p.seed_list()],
+                                      workers=workers)
+    e4 = pd.concat(tables, ignore_index=True)
     e4_r2 = pd.DataFrame([{"seed": s, **ex.e4_r_squared(t)} for s, t in e4.groupby("seed")])
     secs["E4"], tick = time.perf_counter() - tick, time.perf_counter()
     e5 = (ex.e5_nlhf(p.seed, p.seeds, p.K_tab, betas, p.gamma_intrans)
@@ -210,8 +213,8 @@ CLAIMS = [
           "objective orders the shell exactly as the win rate (largest discordance)",
           "WRO has correspondence", 1e-12, "<=", kind="exact"),
     Claim("dpo-dynamics", "soft check: along DPO training, -train loss and the true win rate have Spearman "
-          "correlation below 0.5 in at least 15 % of seeds", "lower DPO loss need not mean higher win rate "
-          "(Fig. 3); spec prototype 5/20", 0.15, ">=", kind="exact"),
+          "correlation below 0.5 in at least 15 % of training runs (mean of the per-run indicator)",
+          "lower DPO loss need not mean higher win rate (Fig. 3); spec prototype 5/20", 0.15, ">="),
     Claim("success-vs-objective", "optimisation success explains the achieved win rate better than the "
           "objective (h, beta) does: R^2(success) - R^2(one-hot h, beta) per instance",
           "optimisation success predicts WR better; spec prototype 0.87-0.91 vs 0.19-0.25", 0.2, ">="),
@@ -258,7 +261,7 @@ def claim_values(results: Results) -> dict[str, Any]:
         "dpo-discordance": list(e2["dpo"]),
         "dpo-discordance-every-seed": claims.worst(e2["dpo"], ">="),
         "wro-concordance": float(e2["wro"].max()),
-        "dpo-dynamics": float(np.mean(results.e3.spearman < 0.5)),
+        "dpo-dynamics": list((results.e3.spearman < 0.5).astype(float)),
         "success-vs-objective": list(r2["success"] - r2["onehot"]),
         "success-vs-expected": list(r2["success"] - r2["expected"]),
         "id-hardest": id_margin(results.e4),

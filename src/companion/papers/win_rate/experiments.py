@@ -123,8 +123,8 @@ def e3_dpo(seed: int, n_seeds: int, K: int, n_pairs: int, beta: float, lr: float
     log_ref, P, C = np.log(np.array(refs)), np.array(Ps), np.array(Cs)
     _, steps, thetas = dpo.train_dpo(log_ref, C, beta, lr, iters, record_every)
     logp = log_policy(thetas)
-    loss = dpo.dpo_loss(logp, log_ref, C, beta).T
-    wr = win_rate(np.exp(logp), P, np.exp(log_ref)).T
+    loss = np.stack([dpo.dpo_loss(lp, log_ref, C, beta) for lp in logp], axis=1)
+    wr = np.stack([win_rate(np.exp(lp), P, np.exp(log_ref)) for lp in logp], axis=1)
     rho = np.array([spearmanr(-a, b).statistic for a, b in zip(loss, wr)])
     return DpoCurves(steps, loss, wr, rho, n_pairs)
 
