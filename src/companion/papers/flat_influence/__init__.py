@@ -34,7 +34,8 @@ from tqdm import tqdm
 from companion import claims, runtime
 from companion.claims import Claim, Verdict
 from companion.papers.flat_influence import scores as S
-from companion.papers.flat_influence.experiment import ABLATIONS, METHODS, RELABEL, score_seed, synthetic_setup
+from companion.papers.flat_influence.experiment import (ABLATIONS, METHODS, RELABEL, VARIANTS, score_seed,
+                                                       synthetic_setup)
 from companion.params import BaseParams, ParamError, local_default, param, require_path
 from companion.plotting import figure
 
@@ -78,8 +79,7 @@ class Params(BaseParams):
     smoke: bool = param(False, help="paper preset: the same pipeline on a tiny budget (CPU, < 2 min)")
 
     PRESETS = {
-        "full": {"seeds": 8, "n_train": 2000, "hidden": 64, "train_steps": 5000, "ft_steps": 500,
-                 "n_val_sweep": (25, 50, 100, 200, 400, 800)},
+        "full": {"seeds": 10, "n_train": 1000, "ft_steps": 300, "n_val_sweep": (25, 50, 100, 200, 400, 800)},
         "paper": {"seeds": 3, "n_train": 49000, "n_val": 1000, "n_val_sweep": (125, 250, 500, 1000),
                   "n_test": 10000, "n_classes": 10, "ft_steps": 200, "ft_lr": 1e-3,
                   "damping": 1e-3, "do_relabel": True},
@@ -222,7 +222,7 @@ def summary(results: Results) -> pd.DataFrame:
     g = results.detection.groupby("method")[["auc", "ap", "p_at_k"]]
     m, s = g.mean(), g.std().fillna(0.0)
     out = m.round(3).astype(str) + " ± " + s.round(3).astype(str)
-    order = [x for x in (*METHODS, *ABLATIONS) if x in out.index]
+    order = [x for x in (*METHODS, *VARIANTS, *ABLATIONS) if x in out.index]
     return out.loc[order].rename(columns={"auc": "ROC AUC", "ap": "AP", "p_at_k": "P@k"})
 
 
@@ -241,7 +241,7 @@ def metrics(results: Results) -> dict[str, Any]:
         "mean_auc": {k: round(float(v), 4) for k, v in a.items()},
         "train_acc_min": round(float(results.flat["train_acc"].min()), 4),
         "test_acc": {k: round(float(f[k]), 4) for k in ("test_acc_star", "test_acc_erm", "test_acc_flat")},
-        "lambda_max": {k: round(float(f[k]), 5) for k in ("lambda_max_erm", "lambda_max_flat")},
+        "lambda_max": {k: round(float(f[k]), 5) for k in ("lambda_max_erm", "lambda_max_flat", "lambda_max_alt")},
         "val_loss": {k: float(f"{f[k]:.3g}") for k in ("val_loss_erm", "val_loss_flat")},
         "relabel_acc": {k: round(float(v), 4) for k, v in results.relabel.groupby("method")["accuracy"].mean().items()},
     }
@@ -252,10 +252,12 @@ def metrics(results: Results) -> dict[str, Any]:
 def plot_detection(results: Results) -> Figure:
     """Left: ROC curves of every score (first seed). Right: AUC mean ± sd over seeds (ablations hatched)."""
     fig, axes = figure(2, 1, width=4.0, height=3.2)
-    order = [*METHODS, *ABLATIONS]
+    present = set(results.detection["method"])
+    order = [m for m in (*METHODS, *VARIANTS, *ABLATIONS) if m in present]
     for m in order:
         fpr, tpr = S.roc_curve(results.example_flipped, results.example_scores[m])
-        axes[0].plot(fpr, tpr, label=m, linestyle="--" if m in ABLATIONS else "-", linewidth=1.2)
+        axes[0].plot(fpr, tpr, label=m, linestyle="--" if m in ABLATIONS else ":" if m in VARIANTS else "-",
+                     linewidth=1.2)
     axes[0].plot([0, 1], [0, 1], color="grey", linewidth=0.6)
     axes[0].set(xlabel="false-positive rate (clean flagged)", ylabel="true-positive rate (flipped found)",
                 title=f"ROC, seed {results.params.seed}")

@@ -21,6 +21,7 @@ from companion.papers.flat_influence.noisy_data import make_task
 from companion.papers.flat_influence.optimize import adam_descent
 
 METHODS = ("loss@θ*", "TracIn", "IF", "IF-1st@θ̃", "VM", "FVM")
+VARIANTS = ("FVM-SAM", "FVM-LPF")  # the flat method that is not ``flat_method``, same budget
 ABLATIONS = ("loss@θ̃", "self-IF")
 RELABEL = ("loss@θ̃", "TracIn", "IF", "VM", "FVM")
 
@@ -178,12 +179,15 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
                       "val_loss": float(ce_mean(net, th, Xv, yv))})
     sc["IF-1st@θ̃"], sc["FVM"], c_fvm = h1, fv, c_f
     sc["loss@θ̃"] = ce_each(net, theta_fvm, su.x_train, su.y_train)
+    other = "lpf" if p.flat_method == "sam" else "sam"
+    theta_alt, _ = validation_minimum(p, su, p.n_val, other, seed)
+    sc[f"FVM-{other.upper()}"], c_alt = val_score(p, su, theta_alt, p.n_val)
     if progress:
         progress()
     out["detection"] = {m: detection(flipped, v) for m, v in sc.items()}
     out["curve"] = curve
     out["flat"] = {
-        "lambda_max_erm": c_vm.lambda_max, "lambda_max_flat": c_fvm.lambda_max,
+        "lambda_max_erm": c_vm.lambda_max, "lambda_max_flat": c_fvm.lambda_max, "lambda_max_alt": c_alt.lambda_max,
         "trace_erm": c_vm.trace, "trace_flat": c_fvm.trace,
         "val_loss_erm": float(ce_mean(net, theta_vm, Xv, yv)), "val_loss_flat": float(ce_mean(net, theta_fvm, Xv, yv)),
         "test_acc_erm": accuracy(net, theta_vm, su.x_test, su.y_test),
