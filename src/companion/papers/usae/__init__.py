@@ -56,6 +56,7 @@ VARIANT_LABELS = {"universal": "USAE", "shuffled": "shuffled pairs", "independen
 class Params(BaseParams):
     """Parameters of the USAE reproduction (defaults: the quick preset, digits on CPU)."""
 
+    seeds: int = param(4, lo=1, hi=64, help="number of seeds (4 cost the same wall time as 3 on 2 cores)")
     n_augment: int = param(4, lo=0, hi=16, help="shifted copies of every training digit")
     model_steps: int = param(400, lo=100, hi=3000, help="training steps of each digit model (whole epochs)")
     n_concepts: int = param(128, lo=8, hi=65536, help="concepts n of the shared dictionary (at least max d_m)")
