@@ -230,3 +230,13 @@ def test_smoke_run_is_deterministic_and_checks() -> None:
     assert len(ids["dpo-discordance"].per_seed) == 3
     other = paper.run(dataclasses.replace(params, seed=7))
     assert paper.metrics(other)["dpo_discordance"] != paper.metrics(a)["dpo_discordance"]
+
+
+@pytest.mark.slow
+def test_paper_preset_smoke_runs_the_mlp_policy() -> None:
+    params = paper.Params.resolve("paper", smoke=True, device="cpu")
+    assert params.policy_class == "mlp" and params.K_par == 64
+    results = paper.run(params)
+    assert results.e5 is not None and results.e5["nlhf_residual"].max() < 1e-9
+    assert results.e4["success"].notna().all() and len(results.e4_r2) == 3
+    assert {v.id for v in paper.check(results)} == {c.id for c in paper.CLAIMS}
