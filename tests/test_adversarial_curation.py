@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.special import expit
 from sklearn.linear_model import LogisticRegression
 
 from companion.papers import adversarial_curation as p

@@ -43,7 +43,7 @@ from companion.claims import Claim, Verdict
 from companion.params import BaseParams, ParamError, param
 from companion.plotting import figure, mean_sd_line
 
-from . import attacks, bradley_terry, dynamics, loop, ring
+from . import dynamics, ring
 from .attacks import ATTACKS
 from .bradley_terry import RBF, fit_bt
 from .dynamics import INF, Curator, parse_k, parse_lambda, run_dynamics, run_dynamics_batch
