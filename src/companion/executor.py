@@ -293,12 +293,9 @@ def run_many(
         else:
             todo.append(i)
     try:
-        if todo and (inline or (address is None and len(todo) == 1)):
-            for i in todo:
-                progress.start(tasks[i].spec.name)
-                finish(i, execute_task(tasks[i]))
-        elif todo:
-            _on_cluster(tasks, todo, address, workers, per_task, progress, finish)
+        with _sigterm_interrupts():
+            _run_todo(tasks, todo, inline or (address is None and len(todo) == 1), address, workers, per_task,
+                      progress, finish)
     except KeyboardInterrupt:
         progress.close()
         if not quiet:
@@ -307,6 +304,36 @@ def run_many(
         raise
     progress.close()
     return [done[i] for i in range(len(tasks))]
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the command as Ctrl-C does (cancel, close the cluster), in the main thread."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_todo(tasks: list[Task], todo: list[int], inline: bool, address: str | None, workers: int | None,
+              threads: int | None, progress: Progress, finish: Callable[[int, Done], None]) -> None:
+    """Run the tasks not answered from the cache: here one after another, or on a cluster."""
+    if todo and inline:
+        for i in todo:
+            progress.start(tasks[i].spec.name)
+            finish(i, execute_task(tasks[i]))
+    elif todo:
+        _on_cluster(tasks, todo, address, workers, threads or 1, progress, finish)
 
 
 def _on_cluster(tasks: list[Task], todo: list[int], address: str | None, workers: int | None,
