@@ -240,3 +240,93 @@ def test_lm_eval_mass_outside_the_true_support() -> None:
     uniform = paper.lm_eval(_LawLogits(source, True), "kl", source, seqs, None, 30)
     assert exact["outside_mass"] < 1e-6 and exact["tv"] < 1e-5
     assert uniform["outside_mass"] == pytest.approx(1 - uniform["true_support"] / 16, abs=1e-6)
+
+
+# --- the Newton f-softargmax against the bisection (the reference path) -------------------------
+
+FAST_CASES = [("flat", 1e-3, 40), ("peaked", 3.0, 40), ("extreme", 1e4, 40), ("wide", 3.0, 3000),
+              ("k1", 3.0, 1)]
+
+
+def _case(kind: str, scale: float, k: int, dtype: torch.dtype) -> torch.Tensor:
+    theta = logits(rows=24, k=k, scale=scale, seed=5, dtype=torch.float64)
+    if k > 1:
+        theta[0] = 0.5  # every logit tied
+        theta[1, : k // 2] = theta[1].max()  # the max tied half the row
+    return theta.to(dtype)
+
+
+@pytest.mark.parametrize("name", NAMES + ["alpha0.5", "alpha1.25"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-8), (torch.float32, 1e-5)])  # the reductions claim's
+def test_newton_softargmax_equals_the_bisection(name, dtype, tol):
+    """Same output as the 30-step bisection, to the same tolerance, over the registry and edge cases."""
+    div = get_divergence(name)
+    for kind, scale, k in FAST_CASES:
+        theta = _case(kind, scale, k, dtype)
+        for q in (None, 0.05 + torch.rand(k, generator=torch.Generator().manual_seed(7), dtype=dtype)):
+            q64 = None if q is None else q.double()
+            exact = softargmax(div, theta.double(), q64, 100, method="bisect")
+            fast, tau = softargmax(div, theta, q, 30, return_tau=True)
+            plain = softargmax(div, theta, q, 30, method="bisect")
+            # the same tolerance: the claim's, or the 30-step bisection's own error where larger
+            # (heavy tails with extreme logits have a bracket too wide for 30 halvings)
+            assert (fast.double() - exact).abs().max() <= max(tol, (plain.double() - exact).abs().max()), kind
+            assert fast.dtype == theta.dtype and fast.shape == theta.shape
+            if name in SPARSE:  # same support, exact zeros off it
+                assert torch.equal(fast > 0, plain > 0) or (fast - plain).abs().max() <= tol
+            torch.testing.assert_close(tau.double(), softargmax(div, theta.double(), q64, 100, method="bisect",
+                                                                return_tau=True)[1], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["alpha1.5", "kl", "chi2", "revkl"])
+def test_newton_handles_leading_axes_and_gathered_supports(name, monkeypatch):
+    """3-d logits; the gathered-support path equals the full-width path (forced by COMPACT_SHARE)."""
+    from companion.papers.fdiv_losses import fdivergence as fd
+
+    div, theta = REGISTRY[name], logits(rows=60, k=500, seed=2).reshape(3, 20, 500)
+    ref = softargmax(div, theta, None, 100, method="bisect")
+    gathered = softargmax(div, theta, None, 30)
+    monkeypatch.setattr(fd, "COMPACT_SHARE", 0.0)
+    full = softargmax(div, theta, None, 30)
+    torch.testing.assert_close(gathered, ref, rtol=0, atol=1e-10)
+    torch.testing.assert_close(full, ref, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_newton_takes_fewer_steps_than_the_bisection(name):
+    """At most 13 evaluations of g (bisection: 30) on logits at three scales, float64."""
+    div = REGISTRY[name]
+    for scale in (1e-3, 3.0, 1e4):
+        calls = [0]
+
+        def counted(u, g=div.g):
+            calls[0] += 1
+            return g(u)
+
+        softargmax(dataclasses.replace(div, g=counted), logits(rows=64, k=1000, scale=scale), None, 30)
+        assert calls[0] - 1 <= 13, (scale, calls[0])
+
+
+def test_a_stale_support_edge_falls_back_to_the_full_width_path():
+    div = dataclasses.replace(REGISTRY["alpha1.5"], edge=-0.5)  # true edge is -2: g(-0.5) > 0
+    theta = logits(k=400)
+    torch.testing.assert_close(softargmax(div, theta, None, 30), softargmax(div, theta, None, 60, method="bisect"),
+                               rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match="method"):
+        softargmax(div, theta, method="sort")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_unchanged_by_the_newton_path(name):
+    """The operator's VJP and the loss gradient equal those built from the bisection's p*."""
+    from companion.papers.fdiv_losses.fdivergence import as_target, softargmax_vjp
+
+    div, q = REGISTRY[name], 0.1 + torch.rand(12, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    theta = logits().requires_grad_(True)
+    v = torch.randn(32, 12, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    (grad,) = torch.autograd.grad((softargmax_diff(div, theta, q, 30) * v).sum(), theta)
+    p_ref = softargmax(div, theta.detach(), q, 80, method="bisect")
+    torch.testing.assert_close(grad, softargmax_vjp(div, p_ref, q, v), rtol=0, atol=1e-9)
+    y = torch.arange(32) % 12
+    (grad,) = torch.autograd.grad(fy_loss(div, theta, y, q, 30).sum(), theta)
+    torch.testing.assert_close(grad, p_ref - as_target(y, 12, theta.dtype), rtol=0, atol=1e-9)
