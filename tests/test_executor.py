@@ -161,6 +161,26 @@ def test_parallel_map_on_a_one_thread_worker_starts_no_pool(monkeypatch):
     assert runtime.parallel_map(os.getpid, [(), (), ()]) == [os.getpid()] * 3
 
 
+def test_progress_counts_finished_running_and_failed():
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    live, log = Terminal(), io.StringIO()
+    for stream in (live, log):
+        progress = executor.Progress(3, quiet=False, stream=stream)
+        progress.start("a")
+        progress.start("b")
+        progress.finish("a", ok=True)
+        progress.finish("b", ok=False)
+        progress.close()
+    assert "1/3 finished, 1 running, 0 failed, 1 waiting" in live.getvalue() and "\r" in live.getvalue()
+    assert log.getvalue().splitlines() == ["companion: 1/3 finished, 1 running, 0 failed, 1 waiting",
+                                           "companion: 2/3 finished, 0 running, 1 failed, 1 waiting"]
+
+
 @pytest.mark.parametrize("argv, words", [
     (["sweep", "toy-paper", "-p", "level=0.2,2.0", "--scheduler", "tcp://127.0.0.1:9"], ["'level'", "2.0"]),
     (["sweep", "toy-paper", "-p", "level=0.2,0.9", "--scheduler", "somewhere"], ["tcp://HOST:PORT"]),
