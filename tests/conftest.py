@@ -45,7 +45,8 @@ def toy_notebook() -> nbformat.NotebookNode:
     params.metadata["tags"] = ["parameters"]
     body = new_code_cell(
         "from companion import claims\n"
-        "import time\ntime.sleep(sleep or 0)\n"
+        "import time\nimport tqdm.auto  # warns in a kernel without ipywidgets unless the runner silences it\n"
+        "time.sleep(sleep or 0)\n"
         "if fail:\n    raise ValueError('boom from the toy paper')\n"
         "level = 0.7 if level is None else level\n"
         "verdicts = claims.evaluate_all([claims.Claim('toy', 's', '1', 0.5)], {'toy': [level] * (seeds or 3)})"

@@ -55,7 +55,10 @@ def test_run_writes_the_contract_and_answers_repeats_from_cache(toy_project, cap
     assert set(res["claims"][0]) >= CLAIM_KEYS and res["claims"][0]["verdict"] == "HOLDS"
     assert set(res["provenance"]) == PROVENANCE_KEYS and res["params"]["seeds"] == 4
     assert (folder / "notebook.ipynb").is_file()
-    assert "papermill" not in json.loads((folder / "notebook.ipynb").read_text())["metadata"]
+    executed = json.loads((folder / "notebook.ipynb").read_text())
+    assert "papermill" not in executed["metadata"]
+    streams = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert streams == [], streams
 
     t0 = time.perf_counter()
     assert cli.main(["run", "toy-paper", "-p", "seeds=4"]) == 0

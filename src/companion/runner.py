@@ -36,6 +36,9 @@ TIMEOUT_S = {"quick": 900, "full": 3600, "paper": 24 * 3600}
 # ipykernel warns on every start that its local TCP sockets are unencrypted; the kernel only
 # listens on 127.0.0.1 for this one process, so the warning is noise before every verdict table.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+# tqdm.auto warns inside every kernel without ipywidgets ("IProgress not found", with the venv's
+# absolute path) when any library imports it; the stored pages show plain text progress instead.
+KERNEL_WARNINGS = "ignore:IProgress not found"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -354,8 +357,9 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     injected = {"preset": p.params.preset, **p.overrides}
     injected = {k: list(v) if isinstance(v, tuple) else v for k, v in injected.items()}
     status, error = "ok", None
-    previous = os.environ.get(OUTPUT_ENV)
+    saved = {name: os.environ.get(name) for name in (OUTPUT_ENV, "PYTHONWARNINGS")}
     os.environ[OUTPUT_ENV] = str(claims_file)
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (saved["PYTHONWARNINGS"], KERNEL_WARNINGS)))
     t0 = time.perf_counter()
     try:
         with _sigterm_interrupts():
@@ -370,10 +374,11 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
         status, error = "failed", _failure(exc)
     finally:
         wall = time.perf_counter() - t0
-        if previous is None:
-            os.environ.pop(OUTPUT_ENV, None)
-        else:
-            os.environ[OUTPUT_ENV] = previous
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     if executed.exists():
         try:
             write_notebook_atomic(strip_volatile(nbformat.read(executed, as_version=4)), executed)
