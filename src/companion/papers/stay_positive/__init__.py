@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
@@ -474,11 +475,13 @@ def summary_table(per_seed: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ablation_table(results: Results) -> pd.DataFrame:
-    """Ablation variants: per head, mean over seeds of the headline numbers (empty at quick)."""
+def ablation_table(results: Results) -> pd.DataFrame | Markdown:
+    """Ablation variants: per head, mean over seeds of the headline numbers; a note when none ran."""
     rows = {(label, HEAD_NAMES[h]): v for label, runs in results.ablations.items()
             for h, v in head_means(runs).items()}
-    return pd.DataFrame(rows).T.round(3) if rows else pd.DataFrame()
+    if not rows:
+        return Markdown("_No ablations in this run (`ablations=False`; the `full` preset runs them)._")
+    return pd.DataFrame(rows).T.round(3)
 
 
 # ----------------------------------------------------------------------------- figures
