@@ -251,3 +251,25 @@ def test_in_run_exactness_and_speed_check():
     acts = jsae.Acts(x, y, x, y, mlp, 1.0, 1.0)
     err, speedup = jsae.exactness_and_speed(sae_x, sae_y, acts)
     assert err < 1e-5 and speedup > 1.0
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("at_reconstruction", [False, True])
+def test_fast_pair_loss_equals_the_reference_loss_and_gradients(dtype, tol, at_reconstruction):
+    """The training path (factored J, cached phi') against pair_loss_reference (products P, Q^T)."""
+    mlp, sae_x, sae_y, x, y = random_setup(dtype)
+    grads = []
+    for fn, extra in ((jsae.pair_loss_reference, {}), (jsae.pair_loss, {}),
+                      (jsae.pair_loss, {"dphi": mlp.dphi(x)})):
+        for sae in (sae_x, sae_y):
+            sae.zero_grad(set_to_none=True)
+        loss = fn(sae_x, sae_y, mlp, x, y, 1.5, at_reconstruction, **extra)
+        loss.backward()
+        grads.append([loss.detach()] + [p.grad.clone() for s in (sae_x, sae_y) for p in s.parameters()])
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    with torch.no_grad():
+        idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
+        torch.testing.assert_close(jsae.jacobian_factored(sae_x, sae_y, mlp, mlp.dphi(x), idx_x, idx_y),
+                                   jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y), rtol=tol, atol=tol)
