@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from companion import registry
+from companion.runner import sigterm_interrupts
 
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
 INLINE = "inline"
@@ -293,7 +294,7 @@ def run_many(
         else:
             todo.append(i)
     try:
-        with _sigterm_interrupts():
+        with sigterm_interrupts():
             _run_todo(tasks, todo, inline or (address is None and len(todo) == 1), address, workers, per_task,
                       progress, finish)
     except KeyboardInterrupt:
@@ -304,25 +305,6 @@ def run_many(
         raise
     progress.close()
     return [done[i] for i in range(len(tasks))]
-
-
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops the command as Ctrl-C does (cancel, close the cluster), in the main thread."""
-    import signal
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: nothing to install
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_todo(tasks: list[Task], todo: list[int], inline: bool, address: str | None, workers: int | None,
@@ -341,7 +323,9 @@ def _on_cluster(tasks: list[Task], todo: list[int], address: str | None, workers
     """Submit the tasks in ``todo`` to a Dask client and collect them as they finish."""
     from distributed import as_completed
 
-    with _client(address, workers or max(1, _cores() // threads), len(todo), progress) as client:
+    from companion.runtime import cores  # torch: imported only when a cluster starts
+
+    with _client(address, workers or max(1, cores() // threads), len(todo), progress) as client:
         client.subscribe_topic(TOPIC, lambda event: _started(event, progress))
         futures, index = [], {}
         for i in todo:
@@ -380,10 +364,6 @@ def _collect(future: Any, spec: Spec) -> Done:
     except BaseException as err:  # cancelled: the scheduler dropped it
         error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     return Done(spec, False, None, None, error=f"task failed on the cluster: {error}")
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 @contextmanager

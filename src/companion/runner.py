@@ -217,8 +217,8 @@ def _device_of(params: BaseParams) -> str:
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Interrupted` for the duration (SIGINT already raises)."""
+def sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Interrupted` for the duration (SIGINT already raises), in the main thread."""
     def handler(signum: int, frame: Any) -> None:
         raise Interrupted(f"signal {signum}")
 
@@ -362,7 +362,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (saved["PYTHONWARNINGS"], KERNEL_WARNINGS)))
     t0 = time.perf_counter()
     try:
-        with _sigterm_interrupts():
+        with sigterm_interrupts():
             pm.execute_notebook(
                 str(notebook), str(executed), parameters=injected, kernel_name="python3",
                 progress_bar=progress, log_output=log_output, cwd=str(notebook.parent),
