@@ -147,7 +147,7 @@ def run(params: Params) -> Results:
 
         return collect(params, run_paper(params))
     runtime.limit_threads(1)
-    with tqdm(total=params.seeds, desc="seeds", ascii=True) as bar:
+    with tqdm(total=params.seeds, desc="seeds", disable=None, leave=False) as bar:
         outs = runtime.parallel_map(_seed_job, [(params, s) for s in params.seed_list()], on_done=bar.update)
     return collect(params, outs)
 
