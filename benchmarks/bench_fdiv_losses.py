@@ -1,8 +1,10 @@
-"""Performance anchor for the f-softargmax: our generic bisection vs entmax, in one run.
+"""Performance anchor for the f-softargmax: our Newton solver vs entmax and softmax, interleaved.
 
-Times one forward of the operator (median of 20) for batch 256 x k, float32, on CPU, and prints
-ratios: ours / entmax_bisect (same algorithm, expected 0.5-2), ours / entmax15 (sort based) and
-ours / softmax (the floor).
+One forward of the operator (alpha = 1.5, batch 256 x k, float32, CPU) timed in interleaved
+rounds (``companion.bench.compare``) against ``entmax.entmax_bisect`` (same problem, bisection;
+target <= 0.5), one ``torch.softmax`` pass (the floor; target <= 30) and ``entmax.entmax15`` (sort
+based); our own bisection (``method="bisect"``, the reference path) is timed alongside. Writes
+``data/bench/fdiv-losses.json``.
 """
 
 from __future__ import annotations
@@ -12,27 +14,51 @@ import argparse
 import entmax
 import torch
 
-from companion.runtime import median_time
+from companion import bench
 from companion.papers.fdiv_losses.fdivergence import REGISTRY, softargmax
 
-
+TARGET_BISECT, TARGET_SOFTMAX = 0.5, 30.0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 32000])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     div = REGISTRY["alpha1.5"]
-    print(f"{'k':>7s} {'ours ms':>9s} {'ours/entmax_bisect':>19s} {'ours/entmax15':>14s} {'ours/softmax':>13s}")
+    extra, targets, anchor = {}, {}, None
     for k in args.sizes:
         theta = 3 * torch.randn(256, k, generator=torch.Generator().manual_seed(0))
-        ours = median_time(lambda: softargmax(div, theta, None, 30), 20)
-        bisect = median_time(lambda: entmax.entmax_bisect(theta, 1.5, n_iter=30), 20)
-        sort = median_time(lambda: entmax.entmax15(theta, -1), 20)
-        floor = median_time(lambda: torch.softmax(theta, -1), 20)
-        print(f"{k:7d} {1e3 * ours:9.2f} {ours / bisect:19.2f} {ours / sort:14.2f} {ours / floor:13.1f}")
+        fns = {"ours": lambda: softargmax(div, theta, None, 30),
+               "ours_bisect": lambda: softargmax(div, theta, None, 30, method="bisect"),
+               "entmax_bisect": lambda: entmax.entmax_bisect(theta, 1.5, n_iter=30),
+               "entmax15": lambda: entmax.entmax15(theta, -1),
+               "softmax": lambda: torch.softmax(theta, -1)}
+        clock = "cpu" if args.threads == 1 else "wall"
+        vs_bisect = bench.compare(fns, "entmax_bisect", rounds=args.rounds, clock=clock)
+        # against the floor, ours and softmax alone: a short pass is timed more often
+        vs_softmax = bench.compare({"ours": fns["ours"], "softmax": fns["softmax"]}, "softmax",
+                                   rounds=3 * args.rounds, clock=clock)["ours"]
+        print(f"k = {k}:")
+        for name, c in vs_bisect.items():
+            if name == "softmax":
+                continue
+            target = TARGET_BISECT if name == "ours" else None
+            print("  " + c.line(target))
+            extra[f"k{k} {name}/entmax_bisect"] = c
+            if target is not None:
+                targets[f"k{k} {name}/entmax_bisect"] = (target, "<=")
+        print("  " + vs_softmax.line(TARGET_SOFTMAX))
+        extra[f"k{k} ours/softmax"] = vs_softmax
+        targets[f"k{k} ours/softmax"] = (TARGET_SOFTMAX, "<=")
+        anchor = vs_bisect["ours"]  # the largest k is the page's anchor
+    assert anchor is not None
+    path = bench.record("fdiv-losses", anchor, target=TARGET_BISECT, extra=extra, targets=targets,
+                        sizes={"batch": 256, "k": args.sizes, "alpha": 1.5, "dtype": "float32", "iters": 30,
+                               "threads": args.threads})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

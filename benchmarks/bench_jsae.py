@@ -1,24 +1,23 @@
 """Performance anchor of the JSAE paper: the efficient k x k Jacobian vs ``vmap(jacrev)``.
 
 Setting (spec): 256 tokens, n = 512 latents, k = 8, MLP width m = 256, d = 64. Both routes are timed in
-the same run (median CPU time of repeats) and only their ratio is printed; the secondary ratio is the cost of
-one JSAE training step relative to one traditional SAE-pair step.
+interleaved rounds (``companion.bench.compare``, CPU time) and only their ratio is printed; the secondary
+ratio is the cost of one JSAE training step relative to one traditional SAE-pair step (target <= 2), with
+the reference step (products P, Q^T: ``pair_loss_reference``) alongside. Writes ``data/bench/jsae.json``.
 Run: ``.venv/bin/python benchmarks/bench_jsae.py``.
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
-from companion import runtime
+from companion import bench, runtime
 from companion.models.topk_sae import TopKSAE, constrained_step
-from companion.runtime import median_time
 from companion.papers import jsae
 
-TOKENS, N, K, M, D = 256, 512, 8, 256, 64
+TOKENS, N, K, M, D, BATCH = 256, 512, 8, 256, 64, 512
+TARGET_STEP = 2.0
 
 
 def setup(gen: torch.Generator) -> tuple[jsae.Mlp, TopKSAE, TopKSAE, torch.Tensor]:
@@ -46,22 +45,33 @@ def main() -> None:
         return jsae.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y).detach()
 
     err = float((fast() - naive()).abs().max())
-    t_fast, t_naive = median_time(fast, 21, clock=time.process_time), median_time(naive, 3, clock=time.process_time)
-    print(f"efficient J vs vmap(jacrev): speed-up {t_naive / t_fast:.0f}x "
-          f"({TOKENS} tokens, n={N}, k={K}, m={M}; max |diff| {err:.1e})")
+    speed = bench.compare({"efficient": fast, "jacrev": naive}, "efficient", rounds=5, clock="cpu")["jacrev"]
+    print(f"efficient J vs vmap(jacrev) ({TOKENS} tokens, n={N}, k={K}, m={M}; max |diff| {err:.1e}):")
+    print("  " + speed.line())
 
     rng = np.random.default_rng(0)
     ys = mlp(xs).detach()
+    dphi = mlp.dphi(xs)  # as train_pair does: phi'(x) once per token
     opt = torch.optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=1e-3)
 
-    def step(lam: float) -> None:
-        idx = torch.from_numpy(rng.integers(0, len(xs), size=512))
+    def step(lam: float, loss=jsae.pair_loss) -> None:
+        idx = torch.from_numpy(rng.integers(0, len(xs), size=BATCH))
         opt.zero_grad(set_to_none=True)
-        jsae.pair_loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam).backward()
+        extra = {"dphi": dphi[idx]} if loss is jsae.pair_loss else {}
+        loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam, **extra).backward()
         constrained_step([sae_x, sae_y], opt)
 
-    t_sae, t_jsae = (median_time(lambda lam=lam: step(lam), 30, clock=time.process_time) for lam in (0.0, 1.0))
-    print(f"training step, JSAE / traditional pair: {t_jsae / t_sae:.2f}x (batch 512)")
+    steps = bench.compare({"SAE pair step": lambda: step(0.0), "JSAE step": lambda: step(1.0),
+                           "JSAE step (reference path)": lambda: step(1.0, jsae.pair_loss_reference)},
+                          "SAE pair step", rounds=31, warmup=3, clock="cpu")
+    print(f"training step, batch {BATCH}:")
+    for name, c in steps.items():
+        print("  " + c.line(TARGET_STEP if name == "JSAE step" else None))
+    path = bench.record("jsae", steps["JSAE step"], target=TARGET_STEP,
+                        extra={"jacrev/efficient J": speed, "reference JSAE step": steps["JSAE step (reference path)"]},
+                        values={"max |efficient J - jacrev J|": err},
+                        sizes={"tokens": TOKENS, "n": N, "k": K, "m": M, "d": D, "batch": BATCH})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

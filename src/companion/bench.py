@@ -44,11 +44,19 @@ class Comparison:
             return True if hi <= target else False if lo > target else None
         return True if lo >= target else False if hi < target else None
 
-    def line(self) -> str:
-        """``name / reference: ratio (min-max over rounds)``, for a terminal."""
-        return (f"{self.name} / {self.reference}: {self.ratio:.3g}x "
-                f"(range {self.ratio_min:.3g}-{self.ratio_max:.3g} over {self.rounds} rounds, "
-                f"{self.threads} thread(s), {self.clock} time)")
+    def line(self, target: float | None = None, direction: str = "<=") -> str:
+        """``name / reference: ratio (min-max over rounds)``, for a terminal; with ``target``, its status."""
+        out = (f"{self.name} / {self.reference}: {self.ratio:.3g}x "
+               f"(range {self.ratio_min:.3g}-{self.ratio_max:.3g} over {self.rounds} rounds, "
+               f"{self.threads} thread(s), {self.clock} time)")
+        if target is not None:
+            out += f"; target {direction} {target:g}: {status(self.meets(target, direction))}"
+        return out
+
+
+def status(meets: bool | None) -> str:
+    """How :meth:`Comparison.meets` reads: a spread that straddles the target is no pass."""
+    return {True: "met", False: "MISSED", None: "range straddles it"}[meets]
 
 
 def compare(fns: Mapping[str, Callable[[], object]], reference: str, rounds: int = 7,
@@ -82,8 +90,14 @@ def compare(fns: Mapping[str, Callable[[], object]], reference: str, rounds: int
 
 def record(slug: str, anchor: Comparison, *, target: float | None = None, direction: str = "<=",
            sizes: Mapping[str, Any] | None = None, extra: Mapping[str, Comparison] | None = None,
-           root: Path | None = None) -> Path:
-    """Write ``data/bench/<slug>.json``: the anchor ratio with its spread, sizes and machine facts."""
+           root: Path | None = None, targets: Mapping[str, tuple[float, str]] | None = None,
+           values: Mapping[str, Any] | None = None, device: str = "cpu") -> Path:
+    """Write ``data/bench/<slug>.json``: the anchor ratio with its spread, sizes and machine facts.
+
+    ``extra``: further ratios, each with ``targets[name] = (target, direction)`` where it has one;
+    ``values``: measured numbers that are not timings (agreement of outputs, rates); ``device``:
+    where the compared functions ran (``cpu``, or the CUDA device's name).
+    """
     from companion import registry
     from companion.runner import write_json_atomic
 
@@ -95,15 +109,23 @@ def record(slug: str, anchor: Comparison, *, target: float | None = None, direct
         "target": target,
         "direction": direction,
         "meets_target": None if target is None else anchor.meets(target, direction),
-        "extra": {k: asdict(v) for k, v in (extra or {}).items()},
+        "extra": {k: _with_target(v, (targets or {}).get(k)) for k, v in (extra or {}).items()},
+        "values": dict(values or {}),
         "sizes": dict(sizes or {}),
         "machine": {"cores": len(os.sched_getaffinity(0)), "platform": platform.platform(terse=True),
-                    "device": "cpu"},
+                    "device": device},
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     path = root / "data" / "bench" / f"{slug}.json"
     write_json_atomic(path, payload)
     return path
+
+
+def _with_target(c: Comparison, target: tuple[float, str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = asdict(c)
+    if target is not None:
+        out.update(target=target[0], direction=target[1], meets_target=c.meets(*target))
+    return out
 
 
 def load(slug: str, root: Path) -> dict[str, Any] | None:
