@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from companion.papers.extractive_structures import causal_lm
+from companion.models import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot, with_deltas
 from companion.papers import extractive_structures as es

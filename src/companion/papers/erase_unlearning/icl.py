@@ -4,7 +4,7 @@
   ``p(y | q, S) = sum_i softmax_i(<e(q), e(x_i)> / tau) 1[y_i = y]`` on unit embeddings.
 - :class:`LLMClassifier`: a local causal LM prompted with ``Input: x / Output: y`` demonstrations;
   the answer is the candidate label with the highest summed log-probability (used by the
-  ``paper`` preset; the loader is :mod:`companion.papers.extractive_structures.causal_lm`).
+  ``paper`` preset; the loader is :mod:`companion.models.causal_lm`).
 """
 
 from __future__ import annotations

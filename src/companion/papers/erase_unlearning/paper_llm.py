@@ -5,7 +5,7 @@ Each ``<task>.json`` under ``data_path`` holds examples with an input and an out
 (``{"examples": {"1": {"input", "output"}}}``); a ``.jsonl`` file holds one ``{"input", "output"}``
 per line. Each task is split 70 / 30 with the seed; inputs are embedded by MiniLM for the
 clustering and the SISA heads; the LLM at ``model_path`` (loaded by
-:func:`companion.papers.extractive_structures.causal_lm.load`, offline) answers every test query
+:func:`companion.models.causal_lm.load`, offline) answers every test query
 by scoring the candidate labels after the ERASE (or random-k) prompt; the holistic cost uses
 that LLM's parameter count and the tasks' mean training size. SISA fine-tunes MLP heads
 on the embeddings, not LoRA adapters on the LLM (the spec's LoRA baseline is not implemented).
@@ -65,7 +65,7 @@ def smoke_params(params):
 def run_paper(params):
     """Every task file x every seed with the LLM learner, then the synthetic scaling sweep and holistic cost."""
     from companion.papers import erase_unlearning as eu
-    from companion.papers.extractive_structures import causal_lm
+    from companion.models import causal_lm
 
     start = time.perf_counter()
     if params.smoke:

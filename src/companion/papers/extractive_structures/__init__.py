@@ -14,7 +14,7 @@ What is reproduced, at toy scale, with a 2-block ``transformers`` GPT-2 trained 
   upstream, downstream) of the facts-first model on the test implications.
 
 With ``model_path`` (the ``paper`` preset) the paper's own two-hop OCR test also runs on a pretrained
-causal LM read from a local folder (``companion.papers.extractive_structures.causal_lm``, ``companion.papers.extractive_structures.two_hop_facts``).
+causal LM read from a local folder (``companion.models.causal_lm``, ``companion.papers.extractive_structures.two_hop_facts``).
 
 The synthetic world of names, cities and animals is ``companion.papers.extractive_structures.fact_world``. Entity
 representations come from pretraining in the paper; here a "pretraining" stage on other
@@ -41,7 +41,7 @@ from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
 from companion.papers.extractive_structures import two_hop_facts
 from companion.papers.extractive_structures.fact_world import BOS, World, candidates, dax, make_world, zong
-from companion.papers.extractive_structures import causal_lm
+from companion.models import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures.weight_deltas import Delta, delta_since, snapshot, with_deltas
 from companion.fetch import Source
