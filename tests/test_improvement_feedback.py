@@ -190,15 +190,36 @@ def test_pairwise_answers_prefer_the_higher_position():
 
 
 @pytest.mark.parametrize("bad", [{"bogus": 1}, {"m_exp": "20"}, {"m_exp": 40}, {"feedback_kinds": ("cubic",)},
-                                 {"null_tol": 1e-3}, {"lp_t_borda": 5}, {"t_exp": 20}])
+                                 {"null_tol": 1e-3}, {"lp_t_borda": 5}, {"t_exp": 20},
+                                 {"m_exp": 10}, {"sweep_seeds": 6}])
 def test_params_reject_bad_values(bad):
     with pytest.raises(ParamError):
         f.Params.resolve("quick", **bad)
 
 
 def test_simulation_is_deterministic_under_a_seed():
-    p = f.Params.resolve("quick", reps_exp=50, m_exp=8, t_exp=3)
+    p = f.Params.resolve("quick", reps_exp=50, m_exp=8, t_exp=3, t_sweep=(1, 3))
     a = f.simulate("pl", 30, 3, p, np.random.default_rng([1, 2]))
     b = f.simulate("pl", 30, 3, p, np.random.default_rng([1, 2]))
     np.testing.assert_array_equal(a, b)
     assert np.isnan(a[0, 2]).all() and not np.isnan(a[1:]).any()
+
+
+def test_claims_exact_rows_are_computed_once_and_statistical_rows_per_seed():
+    p = f.Params.resolve("quick", seeds=2, m_theory=(4,), lp_m=4, n_pair_demo=200, reps_pair_demo=50, m_exp=6,
+                         t_exp=2, n_list=(20, 200), reps_exp=50, t_sweep=(1, 3))
+    res = f.run(p)
+    assert res.sweep.shape[:3] == (1, len(p.distributions), 2)  # the t-sweep runs on sweep_seeds = 1 seed
+    values = f.claim_values(res)
+    verdicts = {v.id: v for v in f.check(res)}
+    assert set(verdicts) == {c.id for c in f.CLAIMS} and "borda-success" not in verdicts
+    for c in f.CLAIMS:
+        v = verdicts[c.id]
+        if c.kind == "exact":
+            assert np.ndim(values[c.id]) == 0 and v.interval is None and v.per_seed == ()
+        else:
+            assert len(values[c.id]) == p.seeds and len(v.per_seed) == p.seeds
+    assert verdicts["pairwise-control"].verdict == "HOLDS" and verdicts["plurality-equal"].verdict == "HOLDS"
+    # at m = 4 the coincidence t = 2 makes Borda learnable: the min residual over t is 0 and the row fails
+    assert verdicts["borda-residual"].verdict == "FAILS"
+    assert set(f.metrics(res)) >= {"success-sum-max", "mallows-t1-n500-borda-improvement-minus-pairwise"}

@@ -75,7 +75,8 @@ class Params(BaseParams):
     t_exp: int = param(5, lo=1, hi=29, help="improvement window in the simulation")
     n_list: tuple[int, ...] = param((50, 200, 1000), lo=10, hi=10**5, help="numbers of voters")
     reps_exp: int = param(200, lo=50, hi=10**5, help="repetitions per (distribution, n) and seed")
-    t_sweep: tuple[int, ...] = param((), lo=1, hi=29, min_len=0, help="window sizes swept at n = 500 (empty: skip)")
+    t_sweep: tuple[int, ...] = param((1, 5, 13), lo=1, hi=29, min_len=0, help="window sizes swept at n = 500 (empty: skip)")
+    sweep_seeds: int = param(1, lo=1, hi=64, help="seeds the t-sweep (a figure, no claim) runs on, from the base seed")
     mallows_phi: float = param(1 / 3, lo=1e-6, hi=1.0, help="Mallows dispersion, P proportional to phi**KT")
     pl_weights: str = param("paper", choices=("paper", "uniform-seeded"), help="Plackett-Luce weights")
     distributions: tuple[str, ...] = param(DISTRIBUTIONS, choices=DISTRIBUTIONS, help="voter models")
@@ -83,10 +84,10 @@ class Params(BaseParams):
     PRESETS = {
         "full": {"m_theory": (4, 5, 6), "feedback_kinds": KINDS, "n_pair_demo": 20000,
                  "reps_pair_demo": 1000, "n_list": tuple(range(50, 1001, 50)), "reps_exp": 500,
-                 "t_sweep": (1, 4, 7, 10, 13)},
+                 "t_sweep": (1, 4, 7, 10, 13), "sweep_seeds": 5},
         "paper": {"m_theory": (4, 5, 6), "feedback_kinds": KINDS, "n_pair_demo": 20000,
                   "reps_pair_demo": 1000, "n_list": tuple(range(50, 1001, 50)), "reps_exp": 500,
-                  "t_sweep": (1, 4, 7, 10, 13), "seeds": 10},
+                  "t_sweep": (1, 4, 7, 10, 13), "sweep_seeds": 10, "seeds": 10},
     }
 
     @classmethod
@@ -97,6 +98,8 @@ class Params(BaseParams):
             raise ParamError(f"parameter 'lp_t_borda': {p.lp_t_borda} is out of range; allowed: < lp_m = {p.lp_m}")
         if p.t_exp >= p.m_exp or any(t >= p.m_exp for t in p.t_sweep):
             raise ParamError(f"parameters 't_exp' / 't_sweep': each must be < m_exp = {p.m_exp}")
+        if p.sweep_seeds > p.seeds:
+            raise ParamError(f"parameter 'sweep_seeds': {p.sweep_seeds} is out of range; allowed: <= seeds = {p.seeds}")
         return p
 
 
@@ -319,10 +322,10 @@ def pair_demo(pair: Pair, perms: np.ndarray, t: int, p: Params, rng: np.random.G
         hits[0].append(h0)
         hits[1].append(h1)
     success = [float(np.concatenate(h).mean()) for h in hits]
-    se = np.sqrt(sum(s * (1 - s) / R for s in success))
+    se = np.sqrt(sum(s * (1 - s) / R for s in success))  # the two samples are independent
     return {"reject feedback": float(np.mean(rej_fb)), "reject rankings": float(np.mean(rej_rank)),
             "success pi": success[0], "success pi'": success[1],
-            "success sum - 3 SE": float(sum(success) - 3.0 * se)}
+            "success sum": float(sum(success)), "SE of sum": float(se)}
 
 
 # ---------------------------------------------------------------- run, claims, metrics
@@ -339,7 +342,7 @@ class Results:
     s_star_curves: dict[int, np.ndarray]
     demo: list[dict[str, float]]
     ratios: np.ndarray  # (seeds, distributions, n_list, methods, rules, reps)
-    sweep: np.ndarray   # (seeds, distributions, t_sweep, methods, rules, reps_exp); empty when skipped
+    sweep: np.ndarray   # (sweep_seeds, distributions, t_sweep, methods, rules, reps_exp); empty when skipped
 
 
 def theory_cases(p: Params) -> list[tuple[int, int, str]]:
@@ -359,13 +362,14 @@ def run(params: Params) -> Results:
     curves = {t: s_star(m_plot, t, "unif") for t in range(1, m_plot)}
     perms = rk.all_rankings(p.lp_m)
     demo, ratios, sweep = [], [], []
-    for seed in p.seed_list():
+    for i, seed in enumerate(p.seed_list()):
         demo.append(pair_demo(pairs[("borda", p.lp_m, p.lp_t_borda)], perms, p.lp_t_borda, p,
                               np.random.default_rng([seed, 1])))
         ratios.append([[simulate(d, n, p.t_exp, p, np.random.default_rng([seed, 2, di, n]))
                         for n in p.n_list] for di, d in enumerate(p.distributions)])
-        sweep.append([[simulate(d, 500, t, p, np.random.default_rng([seed, 3, di, t]))
-                       for t in p.t_sweep] for di, d in enumerate(p.distributions)])
+        if i < p.sweep_seeds:
+            sweep.append([[simulate(d, 500, t, p, np.random.default_rng([seed, 3, di, t]))
+                           for t in p.t_sweep] for di, d in enumerate(p.distributions)])
     return Results(p, theory, lp, pairs, curves, demo, np.array(ratios), np.array(sweep))
 
 
@@ -376,24 +380,25 @@ def _sel(res: Results, dist: str, n: int) -> np.ndarray:
 
 CLAIMS = [
     Claim("characterization", "learnable scoring vectors = span{plurality, s*_t, 1}: fraction of (m, t, kind) "
-          "cases with dim L = 3 and residuals < 1e-8 (deterministic)", "main theorem (Thm. on positional rules)", 1.0),
+          "cases with dim L = 3 and residuals < 1e-8 (computed once)", "main theorem (Thm. on positional rules)", 1.0,
+          kind="exact"),
     Claim("borda-residual", "Borda is not learnable at m = lp_m, uniform feedback: min over t of its "
-          "distance to L (deterministic)", "strong impossibility for Borda", 1e-3),
+          "distance to L (computed once)", "strong impossibility for Borda", 1e-3, kind="exact"),
     Claim("borda-coincidence", "Borda IS learnable in the coincidences (m=4, t=2, unif; m=5, t=4, lin): max "
-          "residual (deterministic)", "not in the paper (spec finding)", 1e-8, "<="),
+          "residual (computed once)", "not in the paper (spec finding)", 1e-8, "<=", kind="exact"),
     Claim("borda-lp", "LP pair with equal feedback, different Borda winners: min over t of margin delta* "
-          "at m = lp_m (deterministic)", "Borda not computable", 0.05),
+          "at m = lp_m (computed once)", "Borda not computable", 0.05, kind="exact"),
     Claim("condorcet-lp", "LP pair with equal feedback, different Condorcet winners: min over t of delta* at "
-          "m = lp_m, 0 if feedback differs by > 1e-9 (deterministic)", "no Condorcet-consistent rule", 0.15),
-    Claim("pairwise-control", "same Condorcet LP with pairwise feedback: max delta* (deterministic)",
-          "pairwise feedback identifies margins", 1e-9, "<="),
+          "m = lp_m, 0 if feedback differs by > 1e-9 (computed once)", "no Condorcet-consistent rule", 0.15,
+          kind="exact"),
+    Claim("pairwise-control", "control: same Condorcet LP with pairwise feedback: max delta* (computed once)",
+          "pairwise feedback identifies margins", 1e-9, "<=", kind="exact"),
+    Claim("plurality-equal", "consistency check of the LP, not evidence (equal feedback fixes the plurality "
+          "scores by construction): max |plurality(pi) - plurality(pi')| of the Borda pair",
+          "plurality is learnable", 1e-12, "<=", kind="exact"),
     Claim("feedback-chi2", "samples of the Borda pair: chi-square rejection rate of feedback counts at 5%",
           "identical feedback distributions", 0.10, "<="),
     Claim("ranking-chi2", "same samples: rejection rate of full-ranking counts", "profiles differ", 0.95),
-    Claim("borda-success", "success(pi) + success(pi') - 3 SE of the Borda-winner estimator on feedback samples",
-          "no estimator finds both winners", 1.0, "<="),
-    Claim("plurality-equal", "max |plurality(pi) - plurality(pi')| of the Borda pair", "plurality is learnable",
-          1e-12, "<="),
     Claim("mallows-gain", "Mallows, n = min(n_list): Borda ratio, improvement (unif) - pairwise, paired mean",
           "improvement beats pairwise (Fig., m=20, t=5)", 0.03),
     Claim("mallows-z", "same comparison: paired z-score", "improvement beats pairwise", 3.0),
@@ -404,8 +409,9 @@ CLAIMS = [
 ]
 
 
-def claim_values(res: Results) -> dict[str, list[float]]:
-    """The metric of every claim, one value per seed."""
+def claim_values(res: Results) -> dict[str, float | list[float]]:
+    """The metric of every claim: one value for an exact claim (parts A and B's LPs are computed once),
+    one value per seed for a statistical one."""
     p, th, lp = res.params, res.theory, res.lp
     grid = th[th["m"].isin(p.m_theory) & th["kind"].isin(p.feedback_kinds)]
     at_m = lambda name: lp[(lp["rule | feedback"] == name) & (lp["m"] == p.lp_m)]  # noqa: E731
@@ -424,7 +430,7 @@ def claim_values(res: Results) -> dict[str, list[float]]:
         "pairwise-control": float(lp[lp["rule | feedback"] == "condorcet | pairwise"]["delta*"].max()),
         "plurality-equal": float(np.abs(plu @ pair.pi - plu @ pair.pi2).max()),
     }
-    out = {k: [v] * p.seeds for k, v in fixed.items()}
+    out: dict[str, Any] = dict(fixed)
     b, u = RULES.index("borda"), 1
     big = [n for n in p.n_list if n >= 200] or [max(p.n_list)]
     mal, pl_ = "mallows" in p.distributions, "pl" in p.distributions
@@ -432,7 +438,6 @@ def claim_values(res: Results) -> dict[str, list[float]]:
         d = res.demo[s]
         out.setdefault("feedback-chi2", []).append(d["reject feedback"])
         out.setdefault("ranking-chi2", []).append(d["reject rankings"])
-        out.setdefault("borda-success", []).append(d["success sum - 3 SE"])
         g, z = paired_z(*_sel(res, "mallows", min(p.n_list))[s, [u, 0], b]) if mal else (np.nan, np.nan)
         out.setdefault("mallows-gain", []).append(g)
         out.setdefault("mallows-z", []).append(z)
@@ -446,7 +451,7 @@ def claim_values(res: Results) -> dict[str, list[float]]:
 
 
 def check(res: Results) -> list[Verdict]:
-    """Evaluate every claim on its per-seed values."""
+    """Evaluate every claim: exact ones on their one value, statistical ones on their per-seed values."""
     return claims.evaluate_all(CLAIMS, claim_values(res))
 
 
@@ -480,6 +485,10 @@ def metrics(res: Results) -> dict[str, Any]:
         for n in res.params.n_list:
             r = _sel(res, d, n)[:, :, b].mean(axis=(0, 2))
             out[f"{d}-n{n}-borda-improvement-minus-pairwise"] = float(r[1] - r[0])
+        for t in res.params.t_sweep if res.sweep.size else ():
+            r = res.sweep[:, res.params.distributions.index(d), res.params.t_sweep.index(t), :, b].mean(axis=(0, 2))
+            out[f"{d}-t{t}-n500-borda-improvement-minus-pairwise"] = float(r[1] - r[0])
+    out["success-sum-max"] = max(x["success sum"] for x in res.demo)
     return out
 
 
@@ -551,7 +560,7 @@ def plot_ratios(res: Results) -> Figure:
 
 
 def plot_sweep(res: Results) -> Figure:
-    """Borda approximation ratio vs window t at n = 500 (empty unless t_sweep is set, as in the full preset)."""
+    """Borda approximation ratio vs window t at n = 500, 95% bands over sweep seeds x repetitions."""
     p = res.params
     fig, axes = plotting.figure(len(p.distributions), 1, width=3.2, height=2.6)
     for di, dist in enumerate(p.distributions):
@@ -559,7 +568,10 @@ def plot_sweep(res: Results) -> Figure:
             axes[di].text(0.5, 0.5, "t_sweep is empty at this preset", ha="center", transform=axes[di].transAxes)
         for mi, meth in enumerate(methods(p) if res.sweep.size else ()):
             r = res.sweep[:, di, :, mi, 0].transpose(1, 0, 2).reshape(len(p.t_sweep), -1)
-            axes[di].plot(p.t_sweep, r.mean(axis=1), "o-", label=meth)
+            mean, se = r.mean(axis=1), r.std(axis=1, ddof=1) / np.sqrt(r.shape[1])
+            line, = axes[di].plot(p.t_sweep, mean, "o-", ms=3, label=meth)
+            axes[di].fill_between(p.t_sweep, mean - 1.96 * se, mean + 1.96 * se, color=line.get_color(), alpha=0.2,
+                                  lw=0)
         axes[di].set(title=f"{dist}: Borda, n = 500", xlabel="t", ylabel="ratio")
     if res.sweep.size:
         axes[0].legend()
