@@ -1,12 +1,13 @@
 """Performance anchor of dp-fl-partial: mu2-FL vs DP-FedSGD cost per round, NC overhead,
-closed-form vs opacus-calibrated noise, and seed-batched vs per-seed simulation (ratios, one run)."""
+closed-form vs opacus-calibrated noise, and seed-batched vs per-seed simulation (ratios over interleaved
+rounds, ``companion.bench.compare``; writes ``data/bench/dp-fl-partial.json``)."""
 
 from __future__ import annotations
 
 
 import numpy as np
 
-from companion.runtime import median_time
+from companion import bench
 from companion.papers import dp_fl_partial as dp
 
 REPEATS = 5
@@ -27,28 +28,32 @@ def main() -> None:
                            np.full(len(seeds), 0.03), sig, task, p.m, p.D, ck)
 
     one = [0]
-    t_nc = median_time(lambda: sim("nc", one), REPEATS)
-    t_naive = median_time(lambda: sim("naive", one), REPEATS)
-    t_np = median_time(lambda: sim("nonprivate_mu2", one), REPEATS)
-    t_sgd = median_time(lambda: sim("dpfedsgd", one), REPEATS)
+    out = bench.compare({m: (lambda m=m: sim(m, one)) for m in ("dpfedsgd", "nc", "naive", "nonprivate_mu2")},
+                        "dpfedsgd", rounds=REPEATS, clock="cpu")
+    nc = out["nc"]
     print(f"per-round cost, one seed, T = {N * p.M // p.m} rounds:")
-    print(f"  mu2-FL NC / DP-FedSGD          = {t_nc / t_sgd:.2f}  (expect <= 2.5: two gradients per sample)")
-    print(f"  NC / naive (noise cancellation) = {t_nc / t_naive:.2f}  (overhead of the cancellation)")
-    print(f"  NC / non-private mu2-FL         = {t_nc / t_np:.2f}")
+    print("  mu2-FL " + nc.line(2.5, "<=") + "  (two gradients per sample)")
+    for m in ("naive", "nonprivate_mu2"):
+        print("  " + out[m].line())
 
     seeds = list(range(8))
     batched = sim("nc", seeds).x_out
     looped = np.stack([sim("nc", [s]).x_out[0] for s in seeds])
-    t_batch = median_time(lambda: sim("nc", seeds), REPEATS)
-    t_loop = median_time(lambda: [sim("nc", [s]) for s in seeds], REPEATS)
-    print(f"batched over 8 seeds vs per-seed loop: speed-up = {t_loop / t_batch:.1f}x (expect >= 4), "
-          f"max |difference| = {np.abs(batched - looped).max():.1e}")
-
+    batch = bench.compare({"batched over 8 seeds": lambda: sim("nc", seeds),
+                           "per-seed loop": lambda: [sim("nc", [s]) for s in seeds]},
+                          "batched over 8 seeds", rounds=REPEATS, clock="cpu")["per-seed loop"]
+    diff = float(np.abs(batched - looped).max())
+    print("  " + batch.line(4.0, ">=") + f", max |difference| = {diff:.1e}")
     print("noise multiplier z = sigma / sensitivity, closed-form zCDP vs opacus RDP calibration:")
     for eps in p.eps_list + (0.5, 4.0):
         for n in p.n_list:
             z_c, z_r = dp.noise_multiplier(eps, p.delta, n), dp.noise_multiplier(eps, p.delta, n, "rdp")
             print(f"  eps={eps:<4g} n={n:<5d} zCDP {z_c:8.1f}  RDP {z_r:8.1f}  RDP/zCDP = {z_r / z_c:.3f}")
+    path = bench.record("dp-fl-partial", nc, target=2.5, extra={"per-seed loop/batched": batch,
+                        "naive/dpfedsgd": out["naive"], "nonprivate_mu2/dpfedsgd": out["nonprivate_mu2"]},
+                        targets={"per-seed loop/batched": (4.0, ">=")},
+                        values={"max |batched - looped|": diff}, sizes={"N": N, "M": p.M, "m": p.m, "d": p.d})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

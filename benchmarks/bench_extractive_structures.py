@@ -4,18 +4,19 @@ The hooked version gets the informative score of every component at every token 
 forward+backward pass, and all three scores from two forward+backward passes and two forwards. The naive causal attribution patches the
 weight change of one component at a time (2 blocks x (MLP + 4 heads) = 10 components) and reruns
 the model, which only yields one loss drop per component. Both run here on the same trained pair of
-models; the script prints the time ratio and how well the two attributions agree.
+models, timed in interleaved rounds (``companion.bench.compare``, CPU time); the script prints the
+time ratios with their range and how well the two attributions agree, and writes
+``data/bench/extractive-structures.json``.
 """
 
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 import torch
 
-from companion.runtime import median_time
+from companion import bench
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot
 from companion.papers import extractive_structures as es
@@ -46,15 +47,21 @@ def main() -> None:
     hooked = lambda: attrib.extractive_scores(old, new, seqs[:, :3], cf[:, :3], loss, delta)  # noqa: E731
     informative = lambda: attrib.informative(*attrib.trace(old, seqs[:, :3], loss), delta, 4)  # noqa: E731
     naive = lambda: attrib.patched_loss_drops(old, seqs[:, :3], loss, delta)  # noqa: E731
-    t_hooked, t_info, t_naive = (median_time(fn, 15, clock=time.process_time) for fn in (hooked, informative, naive))
+    out = bench.compare({"hooked all three scores": hooked, "hooked informative score": informative,
+                         "naive patching": naive}, "naive patching", rounds=9, clock="cpu")
     linear = hooked()["informative"].sum(1).mean(0)
     causal = naive()
     corr = float(np.corrcoef(linear.numpy(), causal.numpy())[0, 1])
     n = len(attrib.component_names(2, 4))
     print(f"components: {n}; hooked = all three scores per token, naive = one patched loss drop per component")
-    print(f"naive / hooked informative score (same quantity, linearised): {t_naive / t_info:.2f}x")
-    print(f"naive / hooked all three scores: {t_naive / t_hooked:.2f}x")
+    print("  " + out["hooked informative score"].line() + "  (same quantity, linearised)")
+    print("  " + out["hooked all three scores"].line())
     print(f"correlation of linearised informative score with patched loss drop: {corr:.3f}")
+    path = bench.record("extractive-structures", out["hooked informative score"],
+                        extra={"hooked all three scores/naive patching": out["hooked all three scores"]},
+                        values={"correlation of linearised and patched scores": corr},
+                        sizes={"components": n, "blocks": 2, "d_model": 64, "heads": 4})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 The loop is written the way the official experiment scripts work (one random choice per voter,
 nested-list counters, dict scores). Both estimate the Borda winner from uniform improvement
-feedback on the same Plackett-Luce profiles (m = 20, t = 5, n = 1000); we report the median time
-of each over repeats, their ratio, and check that the mean approximation ratios agree within 2 SE.
+feedback on the same Plackett-Luce profiles (m = 20, t = 5, n = 1000); both are timed in
+interleaved rounds (``companion.bench.compare``: the median ratio with its range), and we check that
+the mean approximation ratios agree within 2 SE. Writes ``data/bench/improvement-feedback.json``.
 Optionally (if ``pref_voting`` is installed) our true Borda / plurality scores are compared with it.
 """
 
@@ -13,11 +14,11 @@ import random
 
 import numpy as np
 
-from companion.runtime import median_time
+from companion import bench
 from companion.papers.improvement_feedback import rankings as rk
 from companion.papers import improvement_feedback as f
 
-M, T, N, REPS, REPEATS = 20, 5, 1000, 40, 3
+M, T, N, REPS, REPEATS = 20, 5, 1000, 40, 5
 
 
 def loop_borda_winners(profiles: np.ndarray, rng: random.Random, np_rng: np.random.Generator) -> list[int]:
@@ -76,14 +77,19 @@ def main() -> None:
     loop = lambda: loop_borda_winners(profiles, random.Random(1), np.random.default_rng(3))  # noqa: E731
     vector = lambda: vector_borda_winners(profiles, np.random.default_rng(2))  # noqa: E731
     w_loop, w_vec = loop(), vector()  # the outputs to compare; these calls also warm up the timing below
-    t_loop, t_vec = median_time(loop, REPEATS, warmup=0), median_time(vector, REPEATS, warmup=0)
+    speed = bench.compare({"vectorised": vector, "per-voter loop": loop}, "vectorised", rounds=REPEATS,
+                          warmup=0, clock="cpu")["per-voter loop"]
     r_loop, r_vec = f.ratio(borda, np.array(w_loop)), f.ratio(borda, np.asarray(w_vec))
     se = np.sqrt(r_loop.var(ddof=1) / REPS + r_vec.var(ddof=1) / REPS)
-    print(f"m={M} t={T} n={N} reps={REPS}: per-voter loop {t_loop:.3f} s, vectorised {t_vec:.4f} s, "
-          f"speed-up x{t_loop / t_vec:.0f}")
+    print(f"m={M} t={T} n={N} reps={REPS}:")
+    print("  " + speed.line())
     print(f"mean Borda ratio: loop {r_loop.mean():.4f}, vectorised {r_vec.mean():.4f} (diff SE {se:.4f})")
     assert abs(r_loop.mean() - r_vec.mean()) <= 2 * se + 1e-12, "simulators disagree"
     print(pref_voting_check(gen))
+    path = bench.record("improvement-feedback", speed, sizes={"m": M, "t": T, "n": N, "reps": REPS},
+                        values={"mean Borda ratio, loop": float(r_loop.mean()),
+                                "mean Borda ratio, vectorised": float(r_vec.mean()), "difference SE": float(se)})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

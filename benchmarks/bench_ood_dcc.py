@@ -1,7 +1,7 @@
 """Performance anchor of ood-dcc: the vectorised rank-one DCC score vs the official per-sample inverse.
 
-Scores 1000 test features at D = 256, C = 6 three ways in the same run and prints time ratios
-(median of repeats): (a) one ``inv(Sigma - v v^T)`` per sample, as the official code does;
+Scores 1000 test features at D = 256, C = 6 three ways, interleaved (``companion.bench.compare``),
+and prints time ratios (median over rounds, with their range); writes ``data/bench/ood-dcc.json``: (a) one ``inv(Sigma - v v^T)`` per sample, as the official code does;
 (b) the Sherman-Morrison closed form, batched; (c) static Mahalanobis on the same fit.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion.runtime import median_time
+from companion import bench
 from companion.papers.ood_dcc import GaussianFit
 
 
@@ -27,12 +27,20 @@ def main(D: int = 256, C: int = 6, n_fit: int = 3000, n_test: int = 1000, repeat
     r = D // 2
     ref = fit.dcc_reference(test[:50], r)
     err = np.abs(fit.dcc(test[:50], r)[0] - ref).max() / np.abs(ref).max()
-    t_inv = median_time(lambda: fit.dcc_reference(test, r), max(1, repeats // 2), warmup=0)
-    t_vec = median_time(lambda: fit.dcc(test, r), repeats, warmup=0)
-    t_maha = median_time(lambda: fit.maha(test), repeats, warmup=0)
+    out = bench.compare({"vectorised DCC": lambda: fit.dcc(test, r),
+                         "per-sample inverse": lambda: fit.dcc_reference(test, r),
+                         "static MahaNorm": lambda: fit.maha(test)}, "vectorised DCC", rounds=repeats, warmup=0, clock="cpu")
+    inv, maha = out["per-sample inverse"], out["static MahaNorm"]
     print(f"D={D} C={C} n={n_test} r={r}; max relative difference of the two DCC scores: {err:.1e}")
-    print(f"per-sample inverse / vectorised DCC : {t_inv / t_vec:6.1f}x  (expected >= 20x)")
-    print(f"vectorised DCC / static MahaNorm    : {t_vec / t_maha:6.2f}x  (expected 1.2-2x, < 3x)")
+    print("  " + inv.line(20.0, ">="))
+    vec = bench.compare({"vectorised DCC": lambda: fit.dcc(test, r), "static MahaNorm": lambda: fit.maha(test)},
+                        "static MahaNorm", rounds=repeats, warmup=0, clock="cpu")["vectorised DCC"]
+    print("  " + vec.line(3.0, "<="))
+    path = bench.record("ood-dcc", inv, target=20.0, direction=">=", extra={"vectorised DCC/static MahaNorm": vec},
+                        targets={"vectorised DCC/static MahaNorm": (3.0, "<=")},
+                        values={"max relative difference of the DCC scores": float(err)},
+                        sizes={"D": D, "C": C, "n_fit": n_fit, "n_test": n_test, "r": r})
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

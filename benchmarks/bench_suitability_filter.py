@@ -1,6 +1,7 @@
 """Performance anchor of the suitability filter: vectorized Welch vs looped scipy, and the cost split.
 
-Prints ratios measured in this run (median of repeats), never a lone absolute time:
+Prints ratios measured in this run (interleaved rounds, ``companion.bench.compare``: median with its
+range), never a lone absolute time, and writes ``data/bench/suitability-filter.json``:
 1. the test stage over ~2.6k (pair, user) experiments, vectorized closed form vs one
    ``scipy.stats.ttest_ind`` call per experiment (the spec expects >= 20x);
 2. the cost of one seed's stages relative to training M, and of a single suitability decision with
@@ -16,13 +17,14 @@ import torch
 from scipy import stats
 from threadpoolctl import threadpool_limits
 
-from companion.runtime import median_time
+from companion import bench
 from companion.papers import suitability_filter as sf
 
 
 
 
-def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int = 500) -> None:
+def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int = 500
+               ) -> tuple[bench.Comparison, dict]:
     """Vectorized Welch over F(F-1) x U experiments vs looped scipy, with the same p-values."""
     rng = np.random.default_rng(0)
     pc_test = rng.beta(5, 1.5, (n_folds, fold))
@@ -40,13 +42,14 @@ def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int 
                           for u in pc_user] for _, j in pairs])
 
     diff = np.abs(vectorized() - looped()).max()
-    t_vec, t_loop = median_time(vectorized, 7, warmup=0), median_time(looped, 3, warmup=0)
+    c = bench.compare({"vectorized": vectorized, "looped scipy": looped}, "vectorized", rounds=5, warmup=0, clock="cpu")["looped scipy"]
     n = len(pairs) * n_users
-    print(f"test stage, {n} experiments: looped scipy / vectorized = {t_loop / t_vec:.0f}x "
-          f"(max |p difference| {diff:.1e}; spec expects >= 20x)")
+    print(f"test stage, {n} experiments (max |p difference| {diff:.1e}):")
+    print("  " + c.line(20.0, ">="))
+    return c, {"experiments": n, "max |p difference|": float(diff)}
 
 
-def cost_split() -> None:
+def cost_split() -> dict[str, float]:
     """Stages of one quick seed relative to training M, and one decision relative to training M."""
     params = sf.Params.resolve("quick")
     rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
@@ -54,23 +57,31 @@ def cost_split() -> None:
     task, net, _ = sf.train_model(params, rng, gen)
     t_train = time.perf_counter() - start
     x, y, _ = sf.sample(task, params.fold_size * 3, sf.uniform(task), rng)
-    t_signals = median_time(lambda: sf._features(net, x, y), 5)
     s, c = sf._features(net, x, y)
     sf_, test, user = (slice(k * params.fold_size, (k + 1) * params.fold_size) for k in range(3))
-    t_fit = median_time(lambda: sf.fit_correctness(s[sf_], c[sf_]), 5)
     est = sf.fit_correctness(s[sf_], c[sf_])
-    t_decision = median_time(
-        lambda: sf.welch_noninferiority(sf.prob_correct(est, s[test]), sf.prob_correct(est, s[user])), 20)
-    rows = [("train M (one fit)", t_train), (f"fit C (calibrated LR, {params.fold_size} x 12)", t_fit),
-            (f"signals ({len(x)} samples)", t_signals), ("one suitability decision (fitted C)", t_decision)]
-    print("cost relative to training M:")
-    for name, t in rows:
-        print(f"  {name:<40s} {t / t_train:8.4f}")
-    print(f"one decision / training M = {100 * t_decision / t_train:.3f}% (spec expects < 1%)")
+    # training M is timed once (it is the slow stage); the stages in interleaved rounds among themselves
+    out = bench.compare({"one suitability decision (fitted C)": lambda: sf.welch_noninferiority(
+                             sf.prob_correct(est, s[test]), sf.prob_correct(est, s[user])),
+                         f"fit C (calibrated LR, {params.fold_size} x 12)": lambda: sf.fit_correctness(s[sf_], c[sf_]),
+                         f"signals ({len(x)} samples)": lambda: sf._features(net, x, y)},
+                        f"signals ({len(x)} samples)", rounds=5, clock="cpu")
+    t_signals = out[next(iter(out))].reference_seconds
+    print("cost relative to training M (median seconds / one training):")
+    print(f"  {'train M (one fit)':<40s} {1.0:8.4f}")
+    print(f"  {'signals':<40s} {t_signals / t_train:8.4f}")
+    for name, cmp in out.items():
+        print(f"  {name:<40s} {cmp.seconds / t_train:8.4f}")
+    decision = out["one suitability decision (fitted C)"]
+    print(f"one decision / training M = {100 * decision.seconds / t_train:.3f}% (spec expects < 1%)")
+    return {"decision/train M": decision.seconds / t_train, "signals/train M": t_signals / t_train}
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
     with threadpool_limits(1):
-        test_stage()
-        cost_split()
+        anchor, values = test_stage()
+        values.update(cost_split())
+        path = bench.record("suitability-filter", anchor, target=20.0, direction=">=", values=values,
+                            sizes={"folds": 5, "users": 130, "fold": 400, "user": 500})
+        print(f"wrote {path}")
