@@ -246,7 +246,8 @@ def train_pair(x: Tensor, y: Tensor, mlp: Mlp, lam: float, params: Params, rng: 
     opt = torch.optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=params.sae_lr)
     warm = max(1, steps // 20)
     dphi_all = None
-    if lam > 0 and not params.use_reconstruction_for_phi and x.shape[0] * mlp.w_in.shape[1] * x.element_size() <= DPHI_CACHE_BYTES:
+    cache_bytes = x.shape[0] * mlp.w_in.shape[1] * x.element_size()
+    if lam > 0 and not params.use_reconstruction_for_phi and cache_bytes <= DPHI_CACHE_BYTES:
         with torch.no_grad():
             dphi_all = mlp.dphi(x)
     for step in range(steps):
