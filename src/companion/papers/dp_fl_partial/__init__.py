@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from companion import plotting, runtime
+from companion import claims, plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all
 from companion.papers.dp_fl_partial import logistic_sco as lr
 from companion.params import BaseParams, ParamError, param
@@ -59,10 +59,12 @@ class Params(BaseParams):
     hetero_zeta: float = param(1.0, lo=0.0, hi=10.0, help="heterogeneity of the claim-5 run")
     methods: tuple[str, ...] = param(("nc", "naive", "dpfedsgd", "nonprivate_mu2"), choices=METHODS,
                                      help="methods to run")
-    c_grid_mu2_private: tuple[float, ...] = param((0.003, 0.01, 0.03, 0.1), lo=1e-6, hi=100.0,
-                                                  help="step grid of private mu2 methods (eta is c/T)")
-    c_grid_other: tuple[float, ...] = param((0.3, 1.0, 3.0), lo=1e-6, hi=100.0,
-                                            help="step grid of non-private mu2 and FedSGD")
+    c_grid_mu2_private: tuple[float, ...] = param((1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3), lo=1e-6,
+                                                  hi=1000.0, help="step grid of private mu2 methods (eta is c/T)")
+    c_grid_fedsgd: tuple[float, ...] = param((0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0), lo=1e-6, hi=1000.0,
+                                             help="step grid of DP-FedSGD (eta_t is c/sqrt(t))")
+    c_grid_nonprivate: tuple[float, ...] = param((0.3, 1.0, 3.0, 10.0, 30.0, 100.0), lo=1e-6, hi=1000.0,
+                                                 help="step grid of the non-private references")
     n_tune_seeds: int = param(8, lo=2, hi=64, help="seeds used only to pick the step size")
     n_test: int = param(100_000, lo=20_000, hi=2_000_000, help="test points estimating F")
     calibration: str = param("zcdp", choices=("zcdp", "rdp"), help="noise calibration")
@@ -74,16 +76,18 @@ class Params(BaseParams):
             "seeds": 20, "n_tune_seeds": 8, "n_list": (250, 500, 1000, 2000, 4000, 8000),
             "eps_list": (0.5, 1.0, 2.0, 4.0), "n_test": 200_000, "noise_mc_draws": 5000, "noise_epochs": 100,
             "methods": METHODS,
-            "c_grid_mu2_private": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
-            "c_grid_other": (0.1, 0.3, 1.0, 3.0, 10.0),
+            "c_grid_mu2_private": (1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
+            "c_grid_fedsgd": (0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
+            "c_grid_nonprivate": (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0),
         },
         "paper": {
             "seeds": 50, "n_tune_seeds": 16, "M": 100, "m": 10, "d": 20,
             "n_list": (500, 1000, 2000, 4000, 8000, 16000), "n_claim": 8000,
             "eps_list": (0.25, 0.5, 1.0, 2.0, 4.0), "delta": 1e-7, "n_test": 1_000_000,
             "noise_mc_draws": 20_000, "noise_epochs": 500, "methods": METHODS, "calibration": "rdp",
-            "c_grid_mu2_private": (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
-            "c_grid_other": (0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
+            "c_grid_mu2_private": (3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
+            "c_grid_fedsgd": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
+            "c_grid_nonprivate": (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0),
         },
     }
 
@@ -316,7 +320,9 @@ class Results:
     excess: dict[tuple[str, int, float], np.ndarray] = field(default_factory=dict)
     chosen_c: dict[tuple[str, int, float], float] = field(default_factory=dict)
     sigma: dict[tuple[str, int, float], float] = field(default_factory=dict)
+    dist: dict[tuple[str, int, float], np.ndarray] = field(default_factory=dict)
     hetero: dict[str, np.ndarray] = field(default_factory=dict)
+    hetero_c: dict[str, float] = field(default_factory=dict)
     curves: dict[str, np.ndarray] = field(default_factory=dict)
     curve_rounds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     curve_n: int = 0
@@ -334,6 +340,13 @@ def checkpoint_rounds(T: int, k: int = 40) -> np.ndarray:
     return np.unique(np.geomspace(1, T, k).round().astype(int))
 
 
+def method_grid(method: str, p: Params) -> tuple[float, ...]:
+    """The step-size grid ``method`` is tuned on."""
+    if method in PRIVATE and method in MU2:
+        return p.c_grid_mu2_private
+    return p.c_grid_fedsgd if method == "dpfedsgd" else p.c_grid_nonprivate
+
+
 def tuned_grid(method: str, n: int, eps_values: tuple[float, ...], task: Task, p: Params,
                track_clean: bool = False) -> tuple[dict[float, tuple[float, np.ndarray, np.ndarray]], SimOut]:
     """Run every (eps, c, seed) row at once; per eps pick c on the tuning seeds.
@@ -341,7 +354,7 @@ def tuned_grid(method: str, n: int, eps_values: tuple[float, ...], task: Task, p
     Returns eps -> (chosen c, excess on evaluation seeds (seeds,), checkpoints of those rows
     (seeds, K, d)) and the raw simulator output.
     """
-    grid = p.c_grid_mu2_private if method in PRIVATE and method in MU2 else p.c_grid_other
+    grid = method_grid(method, p)
     streams = [(s, 1) for s in range(p.seed, p.seed + p.n_tune_seeds)] + [(s, 0) for s in p.seed_list()]
     rows = list(itertools.product(range(len(eps_values)), range(len(grid)), range(len(streams))))
     e_idx, c_idx, s_idx = (np.array(v) for v in zip(*rows))
@@ -385,6 +398,7 @@ def run(params: Params) -> Results:
             key = (method, n, eps)
             res.chosen_c[key], res.excess[key] = c, ex
             res.sigma[key] = method_sigma(method, eps, p, n)
+            res.dist[key] = np.linalg.norm(ck[:, -1] - task.w_opt, axis=1)  # last checkpoint = round T = output
             if n == res.curve_n and eps == p.eps_claim:
                 res.curves[method] = lr.loss(ck[0], task.x_test, task.y_test) - task.f_opt
     het = make_task(np.random.default_rng(np.random.SeedSequence((p.seed, 4))), p.M, p.d, p.w_star_norm,
@@ -392,6 +406,7 @@ def run(params: Params) -> Results:
     for method in NEEDED:
         chosen, out = tuned_grid(method, p.n_claim, (p.eps_claim,), het, p)
         res.hetero[method], res.clipped = chosen[p.eps_claim][1], res.clipped + out.clipped
+        res.hetero_c[method] = chosen[p.eps_claim][0]
     T0 = p.noise_epochs * p.M // p.m
     dev, growth = [], []
     for j, s in enumerate(p.seed_list()):
@@ -434,13 +449,15 @@ CLAIMS: list[Claim] = [
     Claim("fedsgd-slope", "Slope of log excess(DP-FedSGD) vs log n is >= -0.6 (one-pass noisy SGD ~ 1/sqrt(n))",
           "baseline rate sqrt(d)/(eps sqrt(nM)) -> slope -1/2", -0.6, ">="),
     Claim("accounting", "opacus' RDP epsilon of our closed-form noise lies in [0.7, 1.0] x eps for every (n, eps); "
-          "metric max |ratio - 0.85|", "(eps, delta)-DP per machine (untrusted server)", 0.15, "<="),
+          "metric max |ratio - 0.85| (computed once)", "(eps, delta)-DP per machine (untrusted server)", 0.15, "<=",
+          kind="exact"),
     Claim("noise-flat", "NC's per-coordinate noise variance in A_t stays at M sigma^2/m^2 at T/4, T/2, T; "
           "metric max |Var/theory - 1|", "noise cancellation: noise does not accumulate", 0.1, "<="),
     Claim("naive-noise-grows", "Fresh-noise (naive) variance grows linearly: |Var(T)/Var(T/4) - 4|",
           "naive extension breaks the rate (intro)", 0.4, "<="),
-    Claim("cancel-identity", "In a full NC run, A_t - C_t equals (1/m) sum_i Y_i^last (relative error)",
-          "telescoping noise cancellation (method)", 1e-9, "<="),
+    Claim("cancel-identity", "In a full NC run, A_t - C_t equals (1/m) sum_i Y_i^last: largest relative error "
+          "over the evaluation seeds (an identity)", "telescoping noise cancellation (method)", 1e-9, "<=",
+          kind="exact"),
     Claim("hetero-nc-wins", "Heterogeneous machines (zeta = hetero_zeta): NC / best baseline at n=4000",
           "optimal for heterogeneous data too (abstract)", 0.25, "<="),
 ]
@@ -452,26 +469,27 @@ def nc_ratio(excess: dict[str, np.ndarray]) -> np.ndarray:
     return excess["nc"] / excess[best]
 
 
-def per_seed_slopes(res: Results, method: str) -> np.ndarray:
-    """Per evaluation seed, the slope of log excess against log n."""
+def per_seed_slopes(res: Results, method: str, values: dict | None = None) -> np.ndarray:
+    """Per evaluation seed, the slope of log excess (or of ``values``, e.g. the distances) against log n."""
     p = res.params
-    ex = np.stack([res.excess[(method, n, p.eps_claim)] for n in p.n_list])
+    values = res.excess if values is None else values
+    ex = np.stack([values[(method, n, p.eps_claim)] for n in p.n_list])
     return np.array([log_slope(np.array(p.n_list), ex[:, j]) for j in range(ex.shape[1])])
 
 
-def claim_values(res: Results) -> dict[str, np.ndarray]:
-    """The per-seed metric of every claim."""
+def claim_values(res: Results) -> dict[str, Any]:
+    """The metric of every claim: one value for an exact claim, one per evaluation seed otherwise."""
     p = res.params
     at = {k: res.excess[(k, p.n_claim, p.eps_claim)] for k in NEEDED}
     acc = max(abs(r["eps_rdp"] / r["eps"] - 0.85) for r in res.accounting)
     return {"nc-beats-baselines": nc_ratio(at), "nc-slope": per_seed_slopes(res, "nc"),
-            "fedsgd-slope": per_seed_slopes(res, "dpfedsgd"), "accounting": np.array([acc]),
+            "fedsgd-slope": per_seed_slopes(res, "dpfedsgd"), "accounting": float(acc),
             "noise-flat": res.noise_dev_nc, "naive-noise-grows": np.abs(res.noise_growth_naive - 4.0),
-            "cancel-identity": res.identity_err, "hetero-nc-wins": nc_ratio(res.hetero)}
+            "cancel-identity": claims.worst(res.identity_err, "<="), "hetero-nc-wins": nc_ratio(res.hetero)}
 
 
 def check(res: Results) -> list[Verdict]:
-    """Evaluate every claim on its per-seed values."""
+    """Evaluate every claim: exact ones on their one value, the others on their per-seed values."""
     return evaluate_all(CLAIMS, claim_values(res))
 
 
@@ -482,10 +500,31 @@ def metrics(res: Results) -> dict[str, Any]:
         "excess_mean": {f"{k[0]}|n={k[1]}|eps={k[2]:g}": float(np.mean(v)) for k, v in res.excess.items()},
         "chosen_c": {f"{k[0]}|n={k[1]}|eps={k[2]:g}": v for k, v in res.chosen_c.items()},
         "hetero_excess_mean": {k: float(np.mean(v)) for k, v in res.hetero.items()},
+        "hetero_chosen_c": res.hetero_c,
         "slope_mean": {k: float(np.mean(per_seed_slopes(res, k))) for k in p.methods},
+        "dist_slope_mean": {k: float(np.mean(per_seed_slopes(res, k, res.dist))) for k in p.methods},
+        "chosen_c_on_edge": [f"{k[0]}|n={k[1]}|eps={k[2]:g}" for k in chosen_on_edge(res)],
         "accounting": res.accounting, "clipped_increments": res.clipped,
     }
     return out
+
+
+def chosen_on_edge(res: Results) -> list[tuple[str, int, float]]:
+    """The (method, n, eps) whose tuned step size sits on an edge of its grid (the grid was too narrow)."""
+    p = res.params
+    return [k for k, c in res.chosen_c.items() if c in (min(method_grid(k[0], p)), max(method_grid(k[0], p)))]
+
+
+def chosen_c_table(res: Results):
+    """The tuned step-size constant per method (rows) and n (columns) at eps_claim, with its grid's range."""
+    import pandas as pd
+
+    p = res.params
+    rows = {k: {n: res.chosen_c[(k, n, p.eps_claim)] for n in p.n_list} for k in p.methods}
+    table = pd.DataFrame(rows).T.rename_axis(index="method", columns="n")
+    table["grid"] = [f"{min(method_grid(k, p)):g} ... {max(method_grid(k, p)):g} ({len(method_grid(k, p))} values)"
+                     for k in p.methods]
+    return table
 
 
 def summary_table(res: Results):
@@ -496,7 +535,8 @@ def summary_table(res: Results):
     rows = [{"method": k, "n": n, "c": res.chosen_c[(k, n, p.eps_claim)],
              "sigma": res.sigma[(k, n, p.eps_claim)],
              "excess mean": float(np.mean(v := res.excess[(k, n, p.eps_claim)])),
-             "excess SE": float(np.std(v, ddof=1) / math.sqrt(len(v)))}
+             "excess SE": float(np.std(v, ddof=1) / math.sqrt(len(v))),
+             "distance to w_opt": float(np.mean(res.dist[(k, n, p.eps_claim)]))}
             for k in p.methods for n in p.n_list]
     return pd.DataFrame(rows).set_index(["method", "n"])
 
