@@ -216,3 +216,20 @@ def test_params_reject_bad_values() -> None:
     assert sf.Params.parse("user_size", "300,2000") == (300, 2000)
     full = sf.Params.resolve("full")
     assert dataclasses.asdict(full)["n_folds"] == 15
+
+
+def test_claims_are_pooled_over_seeds_and_exact() -> None:
+    res = sf.run(sf.Params.resolve("quick", **(TINY | {"seeds": 2})))
+    values, verdicts = sf.claim_values(res), sf.check(res)
+    assert all(v.kind == "exact" and v.interval is None for v in verdicts)
+    pooled = sf.Experiments.of(res.seeds)
+    assert pooled.diff.size == sum(s.acc_diff.size for s in res.seeds)
+    gt = pooled.diff >= 0
+    # the pooled ROC AUC is that of the concatenated experiments, not the mean of the seeds' AUCs
+    assert values["roc-auc"] == pytest.approx(sf.decision_metrics(pooled.pvals["all"], gt, sf.ALPHA)["roc"])
+    per_seed = [sf.seed_claim_values(s, res.params.bin_width)["roc-auc"] for s in res.seeds]
+    assert values["roc-auc-every-seed"] == min(per_seed)
+    spread = sf.claim_spread(res)
+    assert spread.loc["roc-auc", "seed min"] == min(per_seed) and spread.loc["roc-auc", "seed max"] == max(per_seed)
+    table = sf.settings_table(res)
+    assert {"m", "m' (adjusted)"} <= set(table.xs("id", level="user sets").index.get_level_values("margin rule"))
