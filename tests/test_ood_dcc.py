@@ -266,3 +266,46 @@ def test_paper_preset_runs_through_the_cli_on_extracted_features(tmp_path, capsy
     assert res["status"] == "ok" and res["params"]["preset"] == "paper"
     assert set(res["provenance"]["paths"]) == {"features_dir"}
     assert len(res["provenance"]["paths"]["features_dir"]["sha256"]) == 64
+
+
+def test_claim_kinds_every_seed_rows_and_cached_features_are_exact(tmp_path) -> None:
+    """Digits: comparisons statistical, "in every seed" rows exact (the worst seed); cached real features
+    (the same features in every seed): the comparisons are one exact value and the every-seed rows drop."""
+    import dataclasses
+
+    from companion import claims
+
+    rng = np.random.default_rng(3)
+    W, b = rng.normal(size=(3, 16)), rng.normal(size=3)
+    for name, n in (("train", 150), ("test", 60), ("textures", 40)):
+        f = np.abs(rng.normal(size=(n, 16))) + (name == "textures")
+        np.save(tmp_path / f"{name}_feats.npy", f)
+        np.save(tmp_path / f"{name}_logits.npy", f @ W.T + b)
+    np.save(tmp_path / "train_labels.npy", rng.integers(0, 3, 150))
+    np.save(tmp_path / "head_W.npy", W)
+    np.save(tmp_path / "head_b.npy", b)
+    params = p.Params.resolve("paper", ood_sets=("textures",), features_dir=str(tmp_path), knn_k=5, seeds=3)
+    res = p.run(params)
+    assert res.timing["loop_s"] > 0 and res.timing["n_features"] == 100
+    cached = {v.id: v for v in p.check(res)}
+    assert not any(k.endswith("-every") for k in cached) and "dcc-decreases" not in cached
+    for cid in p.BENCHMARK_CLAIMS:
+        assert cached[cid].kind == "exact" and cached[cid].interval is None
+    # the same results read as a digits run whose seeds differ: statistical means, exact worst-seed rows
+    table = res.table.copy()
+    table.loc[table["method"] == "DCC", "auroc"] += table.loc[table["method"] == "DCC", "seed"] * 0.01
+    digits_params = dataclasses.replace(params, features_dir="", preset="quick", ood_sets=("near",))
+    digits = dataclasses.replace(res, params=digits_params, table=table)
+    values = p.claim_values(digits)
+    verdicts = {v.id: v for v in p.check(digits)}
+    assert [c.id for c in p.claims_for(digits.params)] == [c.id for c in p.CLAIMS]
+    gain = verdicts["dcc-vs-maharaw-auroc"]
+    assert gain.kind == "statistical" and len(gain.per_seed) == 3 and gain.interval is not None
+    assert np.ptp(gain.per_seed) > 0.015
+    every = verdicts["dcc-vs-maharaw-auroc-every"]
+    assert every.kind == "exact" and every.interval is None and every.value == min(gain.per_seed)
+    assert verdicts["dcc-vs-maharaw-fpr-every"].value == claims.worst(values["dcc-vs-maharaw-fpr"], "<=")
+    assert verdicts["dcc-vs-mahanorm"].kind == "statistical"
+    for cid in ("update-exact", "indefinite-regime", "few-negatives"):
+        assert verdicts[cid].kind == "exact" and verdicts[cid].interval is None
+    assert verdicts["update-exact"].value == res.mechanism["exact_err"].max()
