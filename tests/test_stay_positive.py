@@ -249,3 +249,25 @@ def test_run_in_worker_processes_matches_a_seed_run_inline() -> None:
         assert np.array_equal(res.per_seed[1]["heads"][h]["w"], inline["heads"][h]["w"])
         assert res.per_seed[1]["heads"][h]["ap"] == inline["heads"][h]["ap"]
     assert res.spectra["clean"].shape == (32, 32) and len(res.examples["clean"]) == 4
+
+
+def test_every_seed_rows_are_exact_worst_seed_values() -> None:
+    """The spec's "in every seed" conditions are exact rows on the worst seed, next to the statistical means."""
+    from companion.claims import evaluate_all
+
+    def head(tpr75: float, ap_clean: float, frac_neg: float) -> dict:
+        return {"tpr": {"jpeg75": tpr75}, "ap": {"clean": ap_clean, "inpaint16": 0.7}, "frac_neg": frac_neg}
+
+    gains = [0.2, -0.05, 0.1]
+    per_seed = [{"heads": {"base": head(0.5, 0.99, 0.4), "lp": head(0.5, 0.99, 0.4),
+                           "sp": head(0.5 + g, 0.99 - 0.005 * i, 0.0)}} for i, g in enumerate(gains)]
+    values = sp.claim_values(per_seed)
+    verdicts = {v.id: v for v in evaluate_all(sp.CLAIMS, values)}
+    every = verdicts["jpeg75-recall-every"]
+    assert every.kind == "exact" and every.interval is None
+    assert every.value == pytest.approx(-0.05) and every.verdict == "FAILS"
+    mean = verdicts["jpeg75-recall"]
+    assert mean.kind == "statistical" and len(mean.per_seed) == 3 and mean.interval is not None
+    assert verdicts["clean-ap-cost-every"].value == pytest.approx(-0.01)
+    assert verdicts["clean-ap-cost-every"].verdict == "HOLDS"
+    assert set(sp.EVERY_SEED) <= {c.id for c in sp.CLAIMS if c.kind == "exact"}
