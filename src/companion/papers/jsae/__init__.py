@@ -171,7 +171,7 @@ def jacobian_factored(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp, dphi: Tensor, id
     matmul to width d and a (k x d) @ (d x k) product per token replace them (4x narrower
     gathers, and their backward). Same J to float rounding (tested against the reference path).
     """
-    qt = (mlp.w_out @ sae_y.W_enc).T
+    qt = sae_y.W_enc.T @ mlp.w_out.T  # (n_y, m), contiguous rows for the gather
     rows = F.embedding(idx_y, qt).mul_(dphi[:, None, :])  # (batch, k, m); embedding's backward needs no output
     return torch.bmm(rows @ mlp.w_in.T, F.embedding(idx_x, sae_x.W_dec).transpose(1, 2))
 
