@@ -198,3 +198,30 @@ def test_params_reject(kwargs):
 def test_params_presets_resolve():
     assert dp.Params.resolve("full").n_list[-1] == 8000
     assert dp.Params.resolve("paper").M == 100
+
+
+def test_each_method_has_its_grid_and_edge_choices_are_found():
+    p = dp.Params.resolve("quick")
+    assert dp.method_grid("nc", p) == dp.method_grid("naive", p) == p.c_grid_mu2_private
+    assert dp.method_grid("dpfedsgd", p) == p.c_grid_fedsgd
+    assert dp.method_grid("nonprivate_mu2", p) == dp.method_grid("nonprivate_fedsgd", p) == p.c_grid_nonprivate
+    res = dp.Results(p)
+    res.chosen_c = {("nc", 250, 1.0): p.c_grid_mu2_private[2], ("naive", 250, 1.0): min(p.c_grid_mu2_private),
+                    ("dpfedsgd", 250, 1.0): max(p.c_grid_fedsgd), ("nonprivate_mu2", 250, 1.0): p.c_grid_nonprivate[1]}
+    assert sorted(dp.chosen_on_edge(res)) == [("dpfedsgd", 250, 1.0), ("naive", 250, 1.0)]
+
+
+def test_exact_claims_take_one_value():
+    kinds = {c.id: c.kind for c in dp.CLAIMS}
+    assert kinds["accounting"] == kinds["cancel-identity"] == "exact"
+    p = dp.Params.resolve("quick", seeds=3, n_tune_seeds=2, n_list=(250, 500), n_claim=500, n_test=20_000,
+                          noise_mc_draws=200, noise_epochs=8, c_grid_mu2_private=(0.001, 0.01, 0.1),
+                          c_grid_fedsgd=(0.1, 1.0), c_grid_nonprivate=(1.0, 10.0))
+    res = dp.run(p)
+    values = dp.claim_values(res)
+    assert np.ndim(values["accounting"]) == 0 and values["cancel-identity"] == res.identity_err.max()
+    verdicts = {v.id: v for v in dp.check(res)}
+    assert verdicts["cancel-identity"].interval is None and verdicts["cancel-identity"].verdict == "HOLDS"
+    assert len(verdicts["nc-slope"].per_seed) == 3
+    assert set(res.dist) == set(res.excess) and all(np.all(v >= 0) for v in res.dist.values())
+    assert dp.chosen_c_table(res).shape == (len(p.methods), len(p.n_list) + 1)
