@@ -531,10 +531,8 @@ CLAIMS: list[Claim] = [
           "explained variance close to the SAE's", 0.10, "<="),
     Claim("trained-vs-random", "frac |J| > 0.01: random-LM JSAE minus trained-LM JSAE (>= 0.15)",
           "trained model sparser than re-initialised ('randomized' figure)", 0.15, ">="),
-    Claim("jac-exact", "max |efficient J - jacrev J| at phi'(x_hat) (<= 1e-5)",
-          "exact closed form (Sec. 4)", 1e-5, "<="),
-    Claim("jac-speedup", "time of vmap(jacrev) / time of the efficient J (>= 50)",
-          "the penalty is cheap; naive is intractable", 50.0, ">="),
+    Claim("jac-exact", "max |efficient J - jacrev J| at phi'(x_hat), worst over seeds (<= 1e-5)",
+          "exact closed form (Sec. 4)", 1e-5, "<=", kind="exact"),
 ]
 
 
@@ -543,8 +541,11 @@ def _per(results: Results, cond: str, attr: str) -> list[float]:
     return [getattr(row[cond], attr) if cond in row else float("nan") for row in results.per_seed]
 
 
-def claim_values(results: Results) -> dict[str, list[float]]:
-    """The per-seed value each claim is tested on."""
+def claim_values(results: Results) -> dict[str, float | list[float]]:
+    """The value each claim is tested on: per seed, or the worst seed for the exact check.
+
+    The speed-up of the efficient Jacobian is a timing: reported in :func:`metrics` and gated
+    in ``benchmarks/bench_jsae.py``, never a verdict line (a loaded machine moves it)."""
     sae, js = (np.array(_per(results, c, "frac01")) for c in ("sae", "jsae"))
     l_sae, l_js = (np.array(_per(results, c, "l1l2")) for c in ("sae", "jsae"))
     ce_sae, ce_js = (np.array(_per(results, c, "ce")) for c in ("sae", "jsae"))
@@ -552,8 +553,7 @@ def claim_values(results: Results) -> dict[str, list[float]]:
     rand = np.array(_per(results, "jsae-random", "frac01"))
     return {"jac-sparser": list(js / sae), "l1l2-sparser": list(l_sae - l_js),
             "ce-kept": list(ce_js - ce_sae), "ce-jsae": list(ce_js), "fvu-jsae": list(fvu_worst),
-            "trained-vs-random": list(rand - js), "jac-exact": results.exact_err,
-            "jac-speedup": results.speedup}
+            "trained-vs-random": list(rand - js), "jac-exact": max(results.exact_err)}
 
 
 def check(results: Results) -> list[Verdict]:
