@@ -85,7 +85,7 @@ class Params(BaseParams):
     PRESETS = {
         "full": {"seeds": 10, "tau_list": (0.25, 0.5, 1.0, 2.0, 4.0), "n_seeds_e1": 500, "N_sft": 100_000,
                  "pref_models": ("bt", "intransitive"), "beta_sweep": (0.05, 0.5), "kappa_sweep": (0.1, 1.0),
-                 "n_shell": 1000, "n_pairs_sweep": (50, 400), "dpo_iters": 8000, "n_seeds_e3": 400,
+                 "n_shell": 600, "n_pairs_sweep": (50, 400), "dpo_iters": 4000, "n_seeds_e3": 200,
                  "X": 256, "d_x": 8, "K_par": 32, "beta_list": (0.02, 0.05, 0.1, 0.2, 0.5),
                  "steps_grid": (10, 30, 100, 300, 1000), "lr_grid": (0.03, 0.1, 0.3, 1.0),
                  "batch_grid": (4, 32, 128), "repeats_e4": 2},
