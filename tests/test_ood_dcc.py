@@ -185,16 +185,21 @@ def test_params_reject_bad_values() -> None:
     assert p.Params.resolve("full").seeds >= p.Params.resolve("quick").seeds >= 3
 
 
-def test_cached_features_path(tmp_path) -> None:
-    rng = np.random.default_rng(12)
+def _write_cached_features(folder, seed: int) -> None:
+    """A features_dir of random cached features: train, test and one OOD set (textures), and a head."""
+    rng = np.random.default_rng(seed)
     W, b = rng.normal(size=(3, 16)), rng.normal(size=3)
     for name, n in (("train", 150), ("test", 60), ("textures", 40)):
         f = np.abs(rng.normal(size=(n, 16))) + (name == "textures")
-        np.save(tmp_path / f"{name}_feats.npy", f)
-        np.save(tmp_path / f"{name}_logits.npy", f @ W.T + b)
-    np.save(tmp_path / "train_labels.npy", rng.integers(0, 3, 150))
-    np.save(tmp_path / "head_W.npy", W)
-    np.save(tmp_path / "head_b.npy", b)
+        np.save(folder / f"{name}_feats.npy", f)
+        np.save(folder / f"{name}_logits.npy", f @ W.T + b)
+    np.save(folder / "train_labels.npy", rng.integers(0, 3, 150))
+    np.save(folder / "head_W.npy", W)
+    np.save(folder / "head_b.npy", b)
+
+
+def test_cached_features_path(tmp_path) -> None:
+    _write_cached_features(tmp_path, 12)
     params = p.Params.resolve("paper", ood_sets=("textures",), features_dir=str(tmp_path), knn_k=5,
                               seeds=3)
     out = p.run_seed(params, 0)
@@ -275,15 +280,7 @@ def test_claim_kinds_every_seed_rows_and_cached_features_are_exact(tmp_path) -> 
 
     from companion import claims
 
-    rng = np.random.default_rng(3)
-    W, b = rng.normal(size=(3, 16)), rng.normal(size=3)
-    for name, n in (("train", 150), ("test", 60), ("textures", 40)):
-        f = np.abs(rng.normal(size=(n, 16))) + (name == "textures")
-        np.save(tmp_path / f"{name}_feats.npy", f)
-        np.save(tmp_path / f"{name}_logits.npy", f @ W.T + b)
-    np.save(tmp_path / "train_labels.npy", rng.integers(0, 3, 150))
-    np.save(tmp_path / "head_W.npy", W)
-    np.save(tmp_path / "head_b.npy", b)
+    _write_cached_features(tmp_path, 3)
     params = p.Params.resolve("paper", ood_sets=("textures",), features_dir=str(tmp_path), knn_k=5, seeds=3)
     res = p.run(params)
     assert res.timing["loop_s"] > 0 and res.timing["n_features"] == 100
