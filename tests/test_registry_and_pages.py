@@ -107,3 +107,15 @@ def test_reproduce_box_offers_launch_links_only_with_a_repository():
     linked = book.reproduce_section(SLUGS[0], page, "https://github.com/me/companion", "main")
     assert f"github/me/companion/blob/main/notebooks/{SLUGS[0]}.ipynb" in linked
     assert f"labpath=notebooks%2F{SLUGS[0]}.ipynb" in linked
+
+
+def test_glued_numpy_scalars_become_plain_numbers_for_the_book():
+    import nbformat
+
+    out = nbformat.v4.new_output("display_data", data={"application/papermill.record/text/plain": "np.float64(-3.86)"},
+                                 metadata={"scrapbook": {"name": "x", "mime_prefix": "application/papermill.record/"}})
+    other = nbformat.v4.new_output("display_data", data={"text/plain": "np.float64(1.0)"})
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("glue('x', v)", outputs=[out, other])])
+    outputs = book.plain_glue(nb).cells[0].outputs
+    assert outputs[0]["data"]["application/papermill.record/text/plain"] == "-3.86"
+    assert outputs[1]["data"]["text/plain"] == "np.float64(1.0)"  # not a glue output: left alone

@@ -12,6 +12,7 @@ that cannot be read is reported by name and shown as unreadable.
 from __future__ import annotations
 
 import html
+import re
 import shutil
 import subprocess
 import sys
@@ -284,6 +285,24 @@ def book_config(root: Path) -> dict[str, Any]:
     return yaml.safe_load((root / "book" / "_config.yml").read_text())
 
 
+NUMPY_SCALAR = re.compile(r"^np\.(?:float|int|uint)\d*\((.*)\)$")
+
+
+def plain_glue(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Glued numpy scalars as plain numbers: NumPy 2 prints ``np.float64(0.5)``, which myst-nb's
+    ``{glue:text}`name:.3f``` cannot format (a build warning); the stored notebook keeps its output."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if "scrapbook" not in out.get("metadata", {}):
+                continue
+            data = out.get("data", {})
+            for key, text in data.items():
+                match = NUMPY_SCALAR.match(text.strip()) if key.endswith("text/plain") and isinstance(text, str) else None
+                if match:
+                    data[key] = match.group(1)
+    return nb
+
+
 def add_evidence(nb: nbformat.NotebookNode, sections: Sequence[str]) -> nbformat.NotebookNode:
     """Append the generated sections to a copy of a stored notebook as markdown cells."""
     nb.cells.extend(nbformat.v4.new_markdown_cell(text) for text in sections)
@@ -307,7 +326,7 @@ def prepare(root: Path) -> list[str]:
         nb = nbformat.read(registry.PAPERS[slug].notebook(root), as_version=4)
         sections = [robustness_markdown(slug, records[slug]), performance_section(slug, benches[slug]),
                     reproduce_section(slug, results[slug], repo_url, branch)]
-        nbformat.write(add_evidence(nb, sections), papers_dir / f"{slug}.ipynb")
+        nbformat.write(add_evidence(plain_glue(nb), sections), papers_dir / f"{slug}.ipynb")
     (generated / "scorecard.md").write_text(scorecard_markdown(results, records))
     overview_figure(results, generated / "overview.png")
     (generated / "status.md").write_text(status_markdown(results, records))
