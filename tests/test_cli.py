@@ -14,7 +14,7 @@ from companion import cli, registry, runner
 CONTRACT_KEYS = {"paper", "status", "error", "params", "claims", "metrics", "provenance"}
 CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict"}
 PROVENANCE_KEYS = {"commit", "dirty", "versions", "device", "threads", "paths", "started", "wall_seconds",
-                   "cache_key", "code_key"}
+                   "cpu_seconds", "load_average", "cache_key", "code_key"}
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -54,6 +54,7 @@ def test_run_writes_the_contract_and_answers_repeats_from_cache(toy_project, cap
     assert set(res) == CONTRACT_KEYS and res["status"] == "ok" and res["error"] is None
     assert set(res["claims"][0]) >= CLAIM_KEYS and res["claims"][0]["verdict"] == "HOLDS"
     assert set(res["provenance"]) == PROVENANCE_KEYS and res["params"]["seeds"] == 4
+    assert res["provenance"]["cpu_seconds"] > 0.1, "the kernel's own CPU time is measured, not zero"
     assert (folder / "notebook.ipynb").is_file()
     executed = json.loads((folder / "notebook.ipynb").read_text())
     assert "papermill" not in executed["metadata"]

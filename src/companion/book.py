@@ -160,6 +160,11 @@ def scorecard_markdown(results: Mapping[str, dict[str, Any] | str | None],
     return "\n".join(lines)
 
 
+def _number(value: float | None) -> str:
+    """One decimal, or a dash for a field the record predates."""
+    return "–" if value is None else f"{value:.1f}"
+
+
 def status_markdown(results: Mapping[str, dict[str, Any] | str | None],
                     records: Mapping[str, Sequence[evidence.Stored]] | None = None) -> str:
     """Per paper and stored record: status, runtime, preset, seed, device, date, commit, current/stale."""
@@ -168,20 +173,23 @@ def status_markdown(results: Mapping[str, dict[str, Any] | str | None],
              "How each stored record was produced (`data/results/<slug>/`, written by `companion store`). "
              "The quick preset must run in at most 90 s on 2 CPU cores, `full` in at most 10 minutes. "
              "*current*: the record's code key equals today's code (notebook code, parameters, the "
-             "paper's package and the shared modules it imports); *stale*: the code changed since.\n",
+             "paper's package and the shared modules it imports); *stale*: the code changed since. "
+             "*CPU*: seconds of CPU used by the notebook's kernel and its subprocesses; *load*: the "
+             "machine's 1-minute load average when the run ended (above the core count, the wall "
+             "time is inflated by other work). Records from before these fields show a dash.\n",
              '<div class="table-scroll">\n',
-             "| paper | record | status | wall (s) | seeds | device | date (UTC) | commit | code |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| paper | record | status | wall (s) | CPU (s) | load | seeds | device | date (UTC) | commit | code |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     versions: dict[str, str] = {}
     for slug, res in results.items():
         stored = list(records.get(slug, ()))
         if not stored:
             state = UNREADABLE if res == UNREADABLE else NOT_RUN
-            lines.append(f"| {_link(slug)} | – | {state} | – | – | – | – | – | – |")
+            lines.append(f"| {_link(slug)} | – | {state} | – | – | – | – | – | – | – | – |")
             continue
         for s in stored:
             if s.record is None:
-                lines.append(f"| {_link(slug)} | {s.path.name} | {UNREADABLE} | – | – | – | – | – | – |")
+                lines.append(f"| {_link(slug)} | {s.path.name} | {UNREADABLE} | – | – | – | – | – | – | – | – |")
                 continue
             prov, params = s.record["provenance"], s.record["params"]
             versions.update(prov.get("versions", {}))
@@ -189,7 +197,7 @@ def status_markdown(results: Mapping[str, dict[str, Any] | str | None],
             code = {True: "current", False: "**stale**", None: "–"}[s.current]
             lines.append(
                 f"| {_link(slug)} | {s.label} | {s.record['status']} | {prov['wall_seconds']:.1f} | "
-                f"{params.get('seeds', '?')} | {prov['device']} | {prov['started'][:16].replace('T', ' ')} | "
+                f"{_number(prov.get('cpu_seconds'))} | {_number(prov.get('load_average'))} | {params.get('seeds', '?')} | {prov['device']} | {prov['started'][:16].replace('T', ' ')} | "
                 f"`{commit}` | {code} |")
     lines += ["\n</div>\n", "## Environment of the stored runs\n", "| package | version |", "|---|---|"]
     lines += [f"| {name} | {version} |" for name, version in sorted(versions.items())]

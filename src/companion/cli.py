@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -201,11 +202,17 @@ def status_rows(root: Path) -> list[dict[str, Any]]:
                 "file": stored.path.name, "readable": True, "preset": res["params"].get("preset"),
                 "seed": res["params"].get("seed"), "status": res["status"],
                 "verdicts": {c["id"]: c["verdict"] for c in res["claims"]},
-                "wall_seconds": prov.get("wall_seconds"), "started": prov.get("started"),
+                "wall_seconds": prov.get("wall_seconds"), "cpu_seconds": prov.get("cpu_seconds"),
+                "load_average": prov.get("load_average"), "started": prov.get("started"),
                 "commit": prov.get("commit"), "dirty": prov.get("dirty"), "current": stored.current,
             })
         rows.append({"paper": slug, "records": records})
     return rows
+
+
+def _optional(value: float | None, width: int, digits: int) -> str:
+    """A number right-aligned in ``width``, or a dash for records that predate the field."""
+    return f"{value:{width}.{digits}f}" if value is not None else f"{'-':>{width}s}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -214,7 +221,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
-    print(f"{'paper':24s} {'record':20s} {'status':8s} {'wall s':>7s} {'code':8s} verdicts")
+    print(f"{'paper':24s} {'record':20s} {'status':8s} {'wall s':>7s} {'cpu s':>7s} {'load':>5s} "
+          f"{'code':8s} verdicts")
     for row in rows:
         if not row["records"]:
             print(f"{row['paper']:24s} {'-':20s}")
@@ -225,7 +233,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             code = "current" if r["current"] else "STALE"
             counts = _counts({"claims": [{"verdict": v} for v in r["verdicts"].values()]})
             print(f"{row['paper']:24s} {r['file']:20s} {r['status']:8s} {r['wall_seconds'] or 0:7.1f} "
-                  f"{code:8s} {counts}")
+                  f"{_optional(r['cpu_seconds'], 7, 1)} {_optional(r['load_average'], 5, 1)} {code:8s} {counts}")
     return EXIT_OK
 
 
@@ -349,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"; recorded in {err}" if isinstance(err, Interrupted) else ""
         print(f"companion: interrupted{where}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader (e.g. `| head`) closed early: not an error; keep Python's exit-time flush quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except OSError as err:
         print(f"companion: error: {err.strerror or err} ({err.filename or 'no file'})", file=sys.stderr)
         return EXIT_FAILED

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -315,7 +316,7 @@ def execute(
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.partial-"))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700; run folders are meant to be shared
     try:
-        status, error, emitted, wall = _execute_in(p, tmp, root, log_output, progress)
+        status, error, emitted, wall, cpu = _execute_in(p, tmp, root, log_output, progress)
         commit, dirty = git_state(root, list(p.covered), p.paper.notebook(root))
         results = {
             "paper": slug,
@@ -333,6 +334,8 @@ def execute(
                 "paths": p.paths,
                 "started": started.isoformat(timespec="seconds"),
                 "wall_seconds": round(wall, 2),
+                "cpu_seconds": round(cpu, 2),
+                "load_average": round(os.getloadavg()[0], 2),
                 "cache_key": p.cache_key,
                 "code_key": p.code_key,
             },
@@ -347,8 +350,10 @@ def execute(
 
 
 def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
-                progress: bool) -> tuple[str, str | None, dict[str, Any], float]:
-    """Run the notebook into ``folder``: status, error, the emitted claims and metrics, wall time."""
+                progress: bool) -> tuple[str, str | None, dict[str, Any], float, float]:
+    """Run the notebook into ``folder``: status, error, the emitted claims and metrics, wall and
+    CPU time (the kernel and its subprocesses: exact when one notebook runs per process, which
+    the embedded cluster and ``inline`` guarantee)."""
     import papermill as pm
 
     notebook = p.paper.notebook(root)
@@ -361,6 +366,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     os.environ[OUTPUT_ENV] = str(claims_file)
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (saved["PYTHONWARNINGS"], KERNEL_WARNINGS)))
     t0 = time.perf_counter()
+    cpu0 = _children_cpu()
     try:
         with sigterm_interrupts():
             pm.execute_notebook(
@@ -374,6 +380,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
         status, error = "failed", _failure(exc)
     finally:
         wall = time.perf_counter() - t0
+        cpu = _children_cpu() - cpu0
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -390,7 +397,13 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     elif status == "ok":
         status, error = "failed", "the notebook finished without emitting its claims (claims.emit)"
     claims_file.unlink(missing_ok=True)
-    return status, error, emitted, wall
+    return status, error, emitted, wall, cpu
+
+
+def _children_cpu() -> float:
+    """User plus system CPU seconds of this process's reaped children (the kernels)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def last_run(root: Path, slug: str) -> dict[str, Any] | None:
