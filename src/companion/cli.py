@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from companion import registry
 from companion.params import PRESET_NAMES, ParamError
@@ -162,7 +162,7 @@ def _records(args: argparse.Namespace) -> list[tuple[str, int | None]]:
 def cmd_run_all(args: argparse.Namespace) -> int:
     """Every paper's notebook at one preset, one Dask task each; the verdict table of each."""
     from companion.claims import format_table
-    from companion.executor import Spec, run_many
+    from companion.executor import Spec
 
     raw = _pairs(args.param)
     specs = [Spec(slug, args.preset, raw, force=args.force) for slug in registry.PAPERS]
@@ -178,12 +178,7 @@ def cmd_run_all(args: argparse.Namespace) -> int:
               + (f"; error: {res['error']}" if res["status"] != "ok" else ""))
         print(f"run folder: {done.path}\n", flush=True)
 
-    results = run_many(specs, scheduler=args.scheduler, threads=args.threads, workers=args.workers,
-                       on_done=show, quiet=args.quiet)
-    failed = [d for d in results if not d.ok]
-    for d in failed:
-        print(f"failed: {d.spec.slug}: {d.error}", file=sys.stderr)
-    return EXIT_FAILED if failed else EXIT_OK
+    return _run_specs(args, specs, show, lambda d: f"failed: {d.spec.slug}: {d.error}")
 
 
 def status_rows(root: Path) -> list[dict[str, Any]]:
@@ -239,7 +234,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_store(args: argparse.Namespace) -> int:
     """Run papers at a preset and seed and keep the records (the quick default also as the page)."""
-    from companion.executor import Spec, run_many
+    from companion.executor import Spec
 
     slugs = args.slugs or list(registry.PAPERS)
     for slug in slugs:
@@ -258,11 +253,19 @@ def cmd_store(args: argparse.Namespace) -> int:
         if res["status"] != "ok":
             print(f"  {res['error']}", flush=True)
 
+    return _run_specs(args, specs, show, lambda d: f"failed: {d.spec.name} (see data/results/{d.spec.slug}/)")
+
+
+def _run_specs(args: argparse.Namespace, specs: list[Any], show: Callable[[Any], None],
+               failure: Callable[[Any], str]) -> int:
+    """Run the tasks on the chosen cluster, name each failed one on stderr; exit 1 if any failed."""
+    from companion.executor import run_many
+
     results = run_many(specs, scheduler=args.scheduler, threads=args.threads, workers=args.workers,
                        on_done=show, quiet=args.quiet)
     failed = [d for d in results if not d.ok]
     for d in failed:
-        print(f"failed: {d.spec.name} (see data/results/{d.spec.slug}/)", file=sys.stderr)
+        print(failure(d), file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
