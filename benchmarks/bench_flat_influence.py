@@ -12,8 +12,6 @@ count where the exact solver's P^3 would overtake LiSSA (power-law fits, extrapo
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
@@ -68,11 +66,6 @@ def fewest(solve, ref, grid) -> tuple[int, float, float]:
     raise RuntimeError("no iteration count in the grid reached the accuracy bar")
 
 
-def cpu_median(fn, repeats: int = 3) -> float:
-    """Median CPU seconds of ``fn``."""
-    return runtime.median_time(fn, repeats, warmup=0, clock=time.process_time)
-
-
 def main() -> None:
     runtime.limit_threads(1)
     net, theta, Xv, G = problem(32)
@@ -91,8 +84,10 @@ def main() -> None:
     rows = []
     for h in (16, 32, 64, 96):
         n2, t2, X2, G2 = problem(h)
-        t_ex = cpu_median(lambda: exact_solve(n2, t2, X2, G2))
-        t_it = cpu_median(lambda: lissa_solve(n2, t2, X2, G2, 5)) / 5
+        size = bench.compare({"exact": lambda: exact_solve(n2, t2, X2, G2),
+                              "lissa x5": lambda: lissa_solve(n2, t2, X2, G2, 5)},
+                             reference="exact", rounds=3, warmup=0, clock="cpu")["lissa x5"]
+        t_ex, t_it = size.reference_seconds, size.seconds / 5
         rows.append((n2.n_params, t_ex, t_it))
         print(f"hidden={h:3d} P={n2.n_params:5d}: exact {t_ex:.3f} s, LiSSA {t_it * 1e3:.1f} ms/iteration "
               f"-> {it_l} iterations {t_it * it_l:.2f} s")
