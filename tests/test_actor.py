@@ -1,0 +1,235 @@
+"""Unit checks of the ACTOR reproduction (spec: refusal direction, projection, targets, loss, freezing,
+truncated forward, refusal metric, data generator, layer selection) and the paper preset's loader."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from companion.params import ParamError
+from companion.papers import actor as paper
+from companion.papers.actor import direction, language as lang, paper_llm, toy
+from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, layer_output, read
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A briefly trained 3-block toy model and one seed's data."""
+    data = lang.seed_data(0, 300, 300, 300, 1.0, 16, 8, 100)
+    model = toy.build(3, 32, 0)
+    toy.train_base(model, data.base, 60, 64, 3e-3, np.random.default_rng(0))
+    return model, data
+
+
+def test_refusal_direction_recovers_e1():
+    g = torch.Generator().manual_seed(0)
+    e1 = torch.zeros(16)
+    e1[0] = 1
+    harm = e1 + 0.05 * torch.randn(64, 16, generator=g)
+    ben = -e1 + 0.05 * torch.randn(64, 16, generator=g)
+    assert float(direction.refusal_direction(harm, ben) @ e1) > 0.99
+    with pytest.raises(ValueError):
+        direction.refusal_direction(harm, harm)
+
+
+def test_projection_idempotent_orthogonal_and_benign_origin():
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(20, 8, generator=g)
+    r = torch.nn.functional.normalize(torch.randn(8, generator=g), dim=0)
+    p = direction.project(a, r)
+    torch.testing.assert_close(direction.project(p, r), p)
+    assert float(((a - p) * p).sum(-1).abs().max()) < 1e-5
+    mu = a.mean(0)
+    assert abs(float(direction.coefficient(mu[None], r, mu))) < 1e-6
+    torch.testing.assert_close(direction.coefficient(a, r), a @ r)
+
+
+def test_targets_signs_and_alpha_zero():
+    g = torch.Generator().manual_seed(2)
+    r = torch.nn.functional.normalize(torch.randn(8, generator=g), dim=0)
+    a = torch.randn(6, 8, generator=g) + 3 * r  # c_q > 0
+    sign = torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0, -1.0])
+    assert torch.equal(direction.targets(a, r, sign, 0.0), a)
+    t = direction.targets(a, r, sign, 1.0)
+    assert bool((t[:3] @ r > a[:3] @ r).all()) and bool((t[3:] @ r < a[3:] @ r).all())
+    u = direction.targets(a, r, sign, 1.0, uniform=True)
+    shift = ((u - a) @ r).abs()
+    torch.testing.assert_close(shift, torch.full_like(shift, float((a @ r).mean())))
+    h = a.clone().requires_grad_(True)
+    loss = direction.cosine_loss(h, direction.targets(a, r, sign, 0.0))
+    loss.backward()
+    assert float(loss.detach()) < 1e-6 and float(h.grad.abs().max()) < 1e-6
+
+
+def test_cosine_loss_range_scale_invariance_and_zero():
+    g = torch.Generator().manual_seed(3)
+    h, t = torch.randn(10, 5, generator=g), torch.randn(10, 5, generator=g)
+    loss = float(direction.cosine_loss(h, t))
+    assert 0 <= loss <= 2
+    assert abs(float(direction.cosine_loss(h, 7.5 * t)) - loss) < 1e-6
+    assert float(direction.cosine_loss(h, 3 * h)) < 1e-6
+    assert abs(float(direction.cosine_loss(h, -h)) - 2) < 1e-6
+
+
+def test_truncated_forward_equals_full_hidden_states(small):
+    model, data = small
+    ids = torch.from_numpy(data.eval["benign"][:20])
+    full = model(input_ids=ids, output_hidden_states=True).hidden_states
+    for layer in range(2):  # the last entry of hidden_states has ln_f applied
+        assert torch.equal(layer_output(model, layer, ids), full[layer + 1])
+
+
+def test_actor_changes_only_block_l_and_is_deterministic(small):
+    model, data = small
+    q, sign, _ = toy.training_queries(data.train)
+    anchors = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
+    runs = []
+    for _ in range(2):
+        m = copy.deepcopy(model)
+        actor(m, 1, *anchors, q, sign, 1.0, 1.0, "benign_mean", 1, 3, 1e-3)
+        assert changed_outside(m, model, 1) == (0, True)
+        for name, p in m.named_parameters():
+            if not name.startswith("transformer.h.1."):
+                assert torch.equal(p, dict(model.named_parameters())[name]), name
+        runs.append(m)
+    for p, q_ in zip(runs[0].parameters(), runs[1].parameters()):
+        assert torch.equal(p, q_)
+
+
+def test_actor_moves_pseudo_projection_down(small):
+    model, data = small
+    q, sign, _ = toy.training_queries(data.train)
+    ah, ab = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
+    with torch.no_grad():
+        r = direction.refusal_direction(read(model, 1, ah), read(model, 1, ab))
+        mu = read(model, 1, ab).mean(0)
+        before = direction.coefficient(read(model, 1, toy.queries(data.train["pseudo"])), r, mu).mean()
+    m = copy.deepcopy(model)
+    actor(m, 1, ah, ab, q, sign, 1.0, 1.0, "benign_mean", 2, 10, 1e-3)
+    with torch.no_grad():
+        after = direction.coefficient(read(m, 1, toy.queries(data.train["pseudo"])), r, mu).mean()
+    assert float(after) < float(before)
+
+
+def test_refusal_metric():
+    logits = torch.zeros(3, len(lang.VOCAB))
+    logits[:, lang.SORRY] = 1.0
+    assert torch.equal(toy.refusal_decisions(logits), torch.ones(3))
+    logits[:, lang.SURE] = 2.0
+    assert torch.equal(toy.refusal_decisions(logits), torch.zeros(3))
+    logits[1, lang.SORRY] = 3.0
+    assert torch.equal(toy.refusal_decisions(logits), torch.tensor([0.0, 1.0, 0.0]))
+
+
+def test_data_generator_deterministic_and_ood_held_out():
+    a = lang.seed_data(5, 300, 300, 300, 1.0, 16, 32, 100)
+    b = lang.seed_data(5, 300, 300, 300, 1.0, 16, 32, 100)
+    assert torch.equal(a.base.input_ids, b.base.input_ids)
+    assert all(np.array_equal(a.eval[k], b.eval[k]) for k in a.eval)
+    ood = set(lang.P_OOD_CONTEXTS.tolist())
+    for prompts in (*a.train.values(), *a.anchors.values()):
+        assert not ood & set(prompts[:, 3].tolist())
+    assert set(a.eval["pseudo_ood"][:, 3].tolist()) <= ood
+    assert not lang.pairs(a.eval["pseudo_id"]) & lang.pairs(a.train["pseudo"])
+    c = lang.seed_data(6, 300, 300, 300, 1.0, 16, 32, 100)
+    assert not np.array_equal(a.eval["harmful"], c.eval["harmful"])
+
+
+def test_layer_selection():
+    rng = np.random.default_rng(0)
+    blobs = np.concatenate([rng.normal(0, 0.3, (50, 4)), rng.normal(5, 0.3, (50, 4))])
+    labels = np.r_[np.zeros(50), np.ones(50)]
+    mixed = rng.normal(0, 1, (100, 4))
+    scores = direction.silhouettes([mixed, blobs, mixed], labels)
+    assert scores[1] > 0.8 and scores[1] > scores[0]
+    assert direction.pick_layer(scores, [0, 1, 2]) == 1
+    assert direction.pick_layer([0.9, 0.5, 0.95, 0.3, 0.2], [0, 1, 2, 3, 4]) == 2
+    assert direction.pick_layer([0.93, 0.93, 0.93, 0.93, 0.93], [0, 1, 2, 3, 4]) == 2
+    assert direction.candidate_layers(3) == [1] and direction.candidate_layers(2) == [0]
+
+
+def test_params_refused():
+    with pytest.raises(ParamError, match="target_layer"):
+        paper.Params.resolve("quick", target_layer=3)
+    with pytest.raises(ParamError, match="projection_origin"):
+        paper.Params.resolve("quick", projection_origin="mean")
+    with pytest.raises(ParamError, match="unknown parameter"):
+        paper.Params.resolve("quick", alpah=1.0)
+    with pytest.raises(ParamError, match="model_path"):
+        paper.Params.resolve("paper", model_path="/nonexistent/llm")
+
+
+def test_refusal_judge_and_jsonl(tmp_path):
+    assert paper_llm.is_refusal("I'm sorry, but I cannot help with that.")
+    assert not paper_llm.is_refusal("Sure, here is how to kill a Python process: use kill -9.")
+    (tmp_path / "x.jsonl").write_text('{"prompt": "a"}\n{"goal": "b"}\n\n')
+    assert paper_llm.read_prompts(tmp_path / "x.jsonl") == ["a", "b"]
+
+
+@pytest.fixture(scope="module")
+def tiny_llm_and_prompts(tmp_path_factory):
+    """A tiny random Llama with a word-level tokenizer, and tiny JSONL prompt sets, saved offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    words = [f"w{i}" for i in range(40)] + ["I", "cannot", "Sure"]
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>", *words])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    root = tmp_path_factory.mktemp("actor_paper")
+    llm = root / "llm"
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>").save_pretrained(llm)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0,
+                         eos_token_id=2, bos_token_id=2)
+    LlamaForCausalLM(config).save_pretrained(llm)
+    data = root / "prompts"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for name in (*paper_llm.FILES, "ood"):
+        lines = [json.dumps({"prompt": " ".join(rng.choice(words[:40], 5))}) for _ in range(30)]
+        (data / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    return str(llm), str(data), root
+
+
+def test_paper_loader_on_tiny_llama(tiny_llm_and_prompts):
+    from companion.models import causal_lm
+
+    llm, data, _ = tiny_llm_and_prompts
+    model, tok = causal_lm.load(llm, torch.device("cpu"))
+    sets = paper_llm.load_sets(data)
+    assert set(sets) == {*paper_llm.FILES, "ood"} and len(sets["harmful"]) == 30
+    q = paper_llm.encode(tok, sets["harmful"][:4], torch.device("cpu"))
+    full = model(input_ids=q.ids, attention_mask=q.mask.long(), output_hidden_states=True).hidden_states
+    torch.testing.assert_close(layer_output(model, 1, q.ids, q.mask), full[2])
+    assert len(decoder_blocks(model)) == 3
+
+
+@pytest.mark.slow
+def test_paper_preset_smoke_via_cli(tiny_llm_and_prompts):
+    llm, data, root = tiny_llm_and_prompts
+    out = root / "run"
+    cmd = [sys.executable, "-m", "companion", "run", "actor", "--preset", "paper", "-p", f"model_path={llm}",
+           "-p", f"data_path={data}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(next(out.rglob("results.json")).read_text())
+    assert record["status"] == "ok"
+    assert record["metrics"]["setting"] == "paper: local LLM"
+    assert {c["id"]: c["verdict"] for c in record["claims"]}["one-layer-only"] == "HOLDS"
+
+
+def test_run_paper_in_process(tiny_llm_and_prompts):
+    llm, data, _ = tiny_llm_and_prompts
+    p = paper.Params.resolve("paper", model_path=llm, data_path=data, smoke=True, device="cpu")
+    res = paper.run(p)
+    v = {x.id: x for x in paper.check(res)}
+    assert v["one-layer-only"].verdict == "HOLDS"
+    json.dumps(paper.metrics(res))
