@@ -268,3 +268,33 @@ def test_reference_identical_and_drift() -> None:
     assert drift == pytest.approx(0.01 / len(names) / step, rel=1e-3)
     signed = {n: gb.make_box(p.detach().numpy(), "Q4_0") for n, p in model.named_parameters() if n in names}
     assert ga.injection_drift(model, other, signed) > 0  # Q4_0 steps carry the sign of the block's absmax
+
+
+def test_claims_follow_the_run_and_gguf_all_is_measured_only_when_run() -> None:
+    p = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
+                          n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q4_K", "Q8_0"),
+                          multi_type=True)
+    rec = ga.run_seed(p, 5)
+    assert {f"all:{t}" for t in gq.K_TYPES} <= set(rec["types"])
+    verdicts = {v.id: v for v in ga.check({"params": p, "seeds": [rec]})}
+    assert list(verdicts) == [c.id for c in ga.claims_for(p)] and "clamp-delta" not in verdicts
+    assert verdicts["gguf-all"].value == min(rec["types"][f"all:{t}"]["delta"] for t in gq.K_TYPES)
+    assert verdicts["delta-q8"].value == rec["types"]["Q8_0"]["delta"]
+    assert verdicts["free-quant"].value == rec["rates"]["free"]["q"][0]
+    q8 = verdicts["q8-exact"]
+    assert q8.kind == "exact" and q8.interval is None and q8.value == rec["q8_identical"] == 1.0
+    # Without multi_type the all-types row is left out, not faked; a type not attacked drops its rows.
+    quick = ga.Params.resolve("quick")
+    assert "gguf-all" not in {c.id for c in ga.claims_for(quick)}
+    assert "gguf-all" in {c.id for c in ga.claims_for(ga.Params.resolve("full"))}
+    only_q2 = {c.id for c in ga.claims_for(ga.Params.resolve("quick", target_types=("Q2_K",)))}
+    assert not only_q2 & {"delta-q4k", "rep-benign-q4k", "delta-q8", "q8-exact", "gguf-all"}
+
+
+def test_seeds_to_resolve() -> None:
+    values = [0.23, 0.15, 0.02, 0.14]
+    need = ga.seeds_to_resolve(values, 0.1)
+    sd, gap = np.std(values, ddof=1), np.mean(values) - 0.1
+    assert need == np.ceil((1.96 * sd / gap) ** 2) and need > len(values)
+    assert ga.seeds_to_resolve([0.1, 0.1], 0.1) == float("inf")
+    assert ga.seeds_to_resolve([0.5, 0.52, 0.48], 0.1) == 1.0

@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from companion import plotting, runtime
-from companion.claims import Claim, Verdict, evaluate_all
+from companion.claims import Claim, Verdict, evaluate_all, worst
 from companion.papers.gguf_attack import quants as gq
 from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box
 from companion.models.tiny_lm import tiny_llama
@@ -397,39 +397,62 @@ CLAIMS = [
           "~0% (abstract: FP benign)", 0.1, "<="),
     Claim("rep-benign-q4k", "On Q4_K too: brand rate of the Q4_K-repaired model in full precision",
           "~0% (abstract: FP benign)", 0.1, "<="),
-    Claim("clamp-delta", "The box constraint is what matters: Delta(M_rep) - Delta(M_free)",
-          "(official code: PGD clamp)", 0.3),
+    Claim("delta-q8", "The attack works on Q8_0 with exact legacy boxes: Delta_Q8_0",
+          "(legacy types: NeurIPS'24 predecessor)", 0.5),
+    Claim("free-quant", "Control: the repair without the clamp also cleans the quantized model "
+          "(brand rate of Q(M_free))", "(control)", 0.1, "<="),
     Claim("clamp-agree", "Dequantized-weight agreement with Q(M_mal): M_rep minus M_free",
           "(not reported)", 0.15),
-    Claim("q8-exact", "Exact Q8_0 boxes: share of Q8_0 blocks of M_rep byte-identical to gguf's Q(M_mal)",
-          "exact (NeurIPS'24 predecessor)", 1.0),
+    Claim("q8-exact", "Exact Q8_0 boxes: share of Q8_0 blocks of M_rep byte-identical to gguf's Q(M_mal), "
+          "worst seed", "exact (NeurIPS'24 predecessor)", 1.0, kind="exact"),
     Claim("stealth", "Stealth: strict exact match of M_rep minus that of M_clean, full precision",
           "utility kept", -0.05),
+    Claim("gguf-all", "One model for every k-quant type (gguf_all): Delta of the single all-types repair, "
+          "worst of Q2_K..Q6_K", "all k-quant types at once (abstract)", 0.5),
 ]
+NEEDS_TYPE = {"delta-q4k": "Q4_K", "rep-benign-q4k": "Q4_K", "delta-q8": "Q8_0", "q8-exact": "Q8_0"}
 
 
-def per_seed(results: dict[str, Any]) -> dict[str, list[float]]:
-    """Each claim's metric on every seed."""
+def claims_for(params: Params) -> list[Claim]:
+    """The claims a run can test: a type's rows only when that type is attacked, ``gguf-all`` only
+    with ``multi_type`` (the full preset); a row the run cannot measure is left out, never faked."""
+    return [c for c in CLAIMS if (c.id != "gguf-all" or params.multi_type)
+            and NEEDS_TYPE.get(c.id, params.target_types[0]) in params.target_types]
+
+
+def per_seed(results: dict[str, Any]) -> dict[str, list[float] | float]:
+    """Each claim's metric on every seed (one value, the worst seed, for the exact ``q8-exact``)."""
     out: dict[str, list[float]] = {c.id: [] for c in CLAIMS}
+    nan = float("nan")
     for s in results["seeds"]:
-        r = s["rates"]
+        r, types = s["rates"], s["types"]
         out["mal-fp"].append(r["mal"]["fp"][0])
         out["mal-quant"].append(r["mal"]["q"][0])
         out["clean-gap"].append(abs(r["clean"]["q"][0] - r["clean"]["fp"][0]))
         out["delta"].append(r["rep"]["q"][0] - r["rep"]["fp"][0])
-        out["delta-q4k"].append(s["types"]["Q4_K"]["delta"] if "Q4_K" in s["types"] else float("nan"))
+        out["delta-q4k"].append(types["Q4_K"]["delta"] if "Q4_K" in types else nan)
         out["rep-benign"].append(r["rep"]["fp"][0])
-        out["rep-benign-q4k"].append(s["types"]["Q4_K"]["fp"][0] if "Q4_K" in s["types"] else float("nan"))
-        out["clamp-delta"].append((r["rep"]["q"][0] - r["rep"]["fp"][0]) - (r["free"]["q"][0] - r["free"]["fp"][0]))
+        out["rep-benign-q4k"].append(types["Q4_K"]["fp"][0] if "Q4_K" in types else nan)
+        out["delta-q8"].append(types["Q8_0"]["delta"] if "Q8_0" in types else nan)
+        out["free-quant"].append(r["free"]["q"][0])
         out["clamp-agree"].append(s["agree_rep"] - s["agree_free"])
         out["q8-exact"].append(s["q8_identical"])
         out["stealth"].append(s["strict_em"]["rep"] - s["strict_em"]["clean"])
-    return out
+        all_keys = [k for k in types if k.startswith("all:")]
+        out["gguf-all"].append(min(types[k]["delta"] for k in all_keys) if all_keys else nan)
+    return {**out, "q8-exact": worst(out["q8-exact"], ">=")}
+
+
+def seeds_to_resolve(values: list[float], threshold: float) -> float:
+    """About how many seeds a t-interval (z = 1.96) needs to exclude ``threshold`` at this mean and seed sd."""
+    x = np.asarray(values, dtype=float)
+    gap = abs(float(x.mean()) - threshold)
+    return float("inf") if gap == 0 else float(np.ceil((1.96 * x.std(ddof=1) / gap) ** 2))
 
 
 def check(results: dict[str, Any]) -> list[Verdict]:
-    """Evaluate every claim over the seeds."""
-    return evaluate_all(CLAIMS, per_seed(results))
+    """Evaluate the run's claims (:func:`claims_for`) over the seeds."""
+    return evaluate_all(claims_for(results["params"]), per_seed(results))
 
 
 def metrics(results: dict[str, Any]) -> dict[str, Any]:
