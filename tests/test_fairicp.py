@@ -51,16 +51,32 @@ def test_chain_is_uniform_for_constant_L():
     assert stats.chisquare(counts).pvalue > 0.01
 
 
-@pytest.mark.parametrize("n", [2, 7, 101])
-def test_vectorised_sweep_equals_per_pair_loop(n):
+@pytest.mark.parametrize("n, scale, transposed", [(2, 3, False), (7, 3, False), (101, 3, False),
+                                                 (101, 400, False), (64, 3, True)])
+def test_vectorised_sweep_equals_per_pair_loop(n, scale, transposed):
+    # scale 400 puts most log-odds beyond the clip at -500 and exp(-ell) at 0 / overflow range;
+    # a transposed (non-contiguous) L must give the same chain as well
     rng = np.random.default_rng(n)
-    L = rng.normal(0, 3, (n, n))
+    L = rng.normal(0, scale, (n, n))
+    L = L.T if transposed else L
     pi_vec = pi_loop = np.arange(n)
     for _ in range(30):
         order, u = sampler.sweep_randoms(n, rng)
         pi_vec, pi_loop = sampler.sweep(L, pi_vec, order, u), sampler.sweep_loop(L, pi_loop, order, u)
         assert np.array_equal(pi_vec, pi_loop)
     assert not np.array_equal(pi_vec, np.arange(n)) or n == 2
+
+
+def test_run_chain_gives_the_per_pair_loop_chain():
+    n, sweeps = 50, 4
+    L = np.random.default_rng(5).normal(0, 2, (n, n))
+    states = sampler.run_chain(L, 3, sweeps, np.random.default_rng(9))
+    rng, pi, ref = np.random.default_rng(9), np.arange(n), []
+    for k in range(4 * sweeps):  # burn-in, then one state every `sweeps` sweeps
+        pi = sampler.sweep_loop(L, pi, *sampler.sweep_randoms(n, rng))
+        if k >= sweeps and (k + 1) % sweeps == 0:
+            ref.append(pi)
+    assert np.array_equal(states, np.stack(ref))
 
 
 def test_inverse_step_pairs_and_multiset():
