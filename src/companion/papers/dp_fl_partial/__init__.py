@@ -59,11 +59,12 @@ class Params(BaseParams):
     hetero_zeta: float = param(1.0, lo=0.0, hi=10.0, help="heterogeneity of the claim-5 run")
     methods: tuple[str, ...] = param(("nc", "naive", "dpfedsgd", "nonprivate_mu2"), choices=METHODS,
                                      help="methods to run")
-    c_grid_mu2_private: tuple[float, ...] = param((1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3), lo=1e-6,
+    c_grid_mu2_private: tuple[float, ...] = param((3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
+                                                  lo=1e-6,
                                                   hi=1000.0, help="step grid of private mu2 methods (eta is c/T)")
     c_grid_fedsgd: tuple[float, ...] = param((0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0), lo=1e-6, hi=1000.0,
                                              help="step grid of DP-FedSGD (eta_t is c/sqrt(t))")
-    c_grid_nonprivate: tuple[float, ...] = param((0.3, 1.0, 3.0, 10.0, 30.0, 100.0), lo=1e-6, hi=1000.0,
+    c_grid_nonprivate: tuple[float, ...] = param((0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0), lo=1e-6, hi=1000.0,
                                                  help="step grid of the non-private references")
     n_tune_seeds: int = param(8, lo=2, hi=64, help="seeds used only to pick the step size")
     n_test: int = param(100_000, lo=20_000, hi=2_000_000, help="test points estimating F")
@@ -76,9 +77,9 @@ class Params(BaseParams):
             "seeds": 20, "n_tune_seeds": 8, "n_list": (250, 500, 1000, 2000, 4000, 8000),
             "eps_list": (0.5, 1.0, 2.0, 4.0), "n_test": 200_000, "noise_mc_draws": 5000, "noise_epochs": 100,
             "methods": METHODS,
-            "c_grid_mu2_private": (1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0),
-            "c_grid_fedsgd": (0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
-            "c_grid_nonprivate": (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0),
+            "c_grid_mu2_private": (1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0),
+            "c_grid_fedsgd": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
+            "c_grid_nonprivate": (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0),
         },
         "paper": {
             "seeds": 50, "n_tune_seeds": 16, "M": 100, "m": 10, "d": 20,
