@@ -1,0 +1,277 @@
+"""Unit checks of the fr-geometry reproduction: energy, stencils, renderer, triplet loss, macroscale, params."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from companion.papers import fr_geometry as p
+from companion.papers.fr_geometry import embedder, experiment, faces, real
+from companion.papers.fr_geometry import energy as en
+from companion.params import ParamError
+
+
+def _cloud(rng: np.random.Generator, C: int = 200, D: int = 32) -> np.ndarray:
+    return rng.normal(size=(C, D))
+
+
+# ---------------------------------------------------------------- energy
+@pytest.mark.parametrize("mode", en.NEIGHBORS)
+def test_energy_constant_field_is_zero_and_random_field_is_one(mode: str) -> None:
+    rng = np.random.default_rng(0)
+    P = _cloud(rng)
+    V = np.tile(rng.normal(size=32), (200, 1)) * rng.uniform(0.1, 3, (200, 1))
+    assert en.energy(P, V, mode) == pytest.approx(0.0, abs=1e-12)
+    assert abs(en.energy(P, rng.normal(size=(200, 32)), mode) - 1.0) < 0.05
+
+
+def test_energy_two_for_antiparallel_neighbours() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(20, 16))
+    P = np.repeat(base, 2, axis=0) + np.tile([[0.0], [1.0]], (20, 1)) * 1e-3 * rng.normal(size=(40, 16))
+    u = rng.normal(size=16)
+    V = np.tile(np.stack([u, -u]), (20, 1))
+    assert en.energy(P, V, "knn", k=1) == pytest.approx(2.0, abs=1e-12)
+
+
+def test_energy_in_range_and_invariances() -> None:
+    rng = np.random.default_rng(2)
+    for trial in range(5):
+        P, V = _cloud(rng, 60, 8), rng.normal(size=(60, 8)) + trial * rng.normal(size=8)
+        e = en.energy(P, V)
+        assert 0.0 <= e <= 2.0
+        Q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+        assert en.energy(P @ Q, V @ Q) == pytest.approx(e, abs=1e-10)
+        assert en.energy(P, V * rng.uniform(0.01, 100, (60, 1))) == pytest.approx(e, abs=1e-10)
+
+
+def test_vectorised_energy_matches_double_loop() -> None:
+    rng = np.random.default_rng(3)
+    P, V = _cloud(rng, 50, 12), rng.normal(size=(50, 12)) + rng.normal(size=12)
+    assert en.energy(P, V, "knn", 10) == pytest.approx(en.energy_loop(P, V, 10), abs=1e-10)
+
+
+def test_knn_excludes_self_even_with_duplicates() -> None:
+    P = np.repeat(np.random.default_rng(4).normal(size=(10, 5)), 2, axis=0)
+    nb = en.knn_indices(en.distances(P), 3)
+    assert not np.any(nb == np.arange(20)[:, None])
+    with pytest.raises(ValueError, match="knn_k"):
+        en.knn_indices(en.distances(P), 20)
+
+
+def test_null_vectors_are_dropped_and_reported() -> None:
+    rng = np.random.default_rng(5)
+    P, V = _cloud(rng, 30, 6), rng.normal(size=(30, 6))
+    V[[3, 7]] = 0.0
+    V[11] = 1e-14
+    e, dropped = en.field_energy(P, V, "knn", 5)
+    assert dropped == 3 and np.isfinite(e)
+    keep = np.setdiff1d(np.arange(30), [3, 7, 11])
+    assert e == pytest.approx(en.energy(P[keep], V[keep], "knn", 5), abs=1e-12)
+
+
+def test_sensitivity_scales_with_step() -> None:
+    V = np.full((4, 3), 0.2)
+    assert en.sensitivity(V, 0.1) == pytest.approx(np.linalg.norm([0.2] * 3) / 0.2)
+
+
+# ---------------------------------------------------------------- stencils and renderer
+@pytest.mark.parametrize("attr", list(faces.ATTRIBUTES))
+def test_stencil_differs_only_in_target_by_h(attr: str) -> None:
+    s, h = faces.stencil(attr, 25, 0.1, np.random.default_rng(6))
+    lo, hi = faces.ATTRIBUTES[attr]
+    assert h == pytest.approx(0.1 * (hi - lo))
+    minus, centre, plus = ({k: v[i * 25:(i + 1) * 25] for k, v in s.items()} for i in range(3))
+    for k in faces.ATTRIBUTES:
+        if k == attr:
+            np.testing.assert_allclose(centre[k] - minus[k], h)
+            np.testing.assert_allclose(plus[k] - centre[k], h)
+            assert np.all(centre[k] >= lo + h) and np.all(centre[k] <= hi - h)
+        else:
+            np.testing.assert_array_equal(minus[k], centre[k])
+            np.testing.assert_array_equal(plus[k], centre[k])
+
+
+def _faces(n: int = 4, seed: int = 7) -> tuple[dict, dict]:
+    rng = np.random.default_rng(seed)
+    return faces.sample_identities(n, rng), faces.sample_attributes(n, rng)
+
+
+def test_render_deterministic_shape_dtype_range() -> None:
+    ids, attrs = _faces()
+    a, b = faces.render(ids, attrs, 32), faces.render(ids, attrs, 32)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (4, 32, 32, 3) and a.dtype == np.float32
+    assert a.min() >= 0.0 and a.max() <= 1.0
+
+
+def test_neutral_photometric_is_identity_and_hue_keeps_luma() -> None:
+    rng = np.random.default_rng(8)
+    img = rng.uniform(0, 1, (3, 16, 16, 3))
+    xs = np.linspace(-1, 1, 16)[None, :].repeat(16, 0)
+    np.testing.assert_allclose(faces.photometric(img, faces.neutral_attributes(3), xs), img, atol=1e-12)
+    rot = faces.hue_rotate(img, np.array([0.3, -1.2, np.pi]))
+    y = lambda x: x @ np.array([0.299, 0.587, 0.114])  # noqa: E731
+    np.testing.assert_allclose(y(rot), y(img), atol=1e-12)
+    assert np.abs(rot - img).max() > 0.05
+
+
+def test_identity_parameter_changes_image_and_pose_moves_eyes() -> None:
+    ids, _ = _faces(1)
+    neutral = faces.neutral_attributes(1)
+    base = faces.render(ids, neutral, 48)
+    for k in ("eye_sp", "skin_hue", "mouth_w"):
+        other = dict(ids)
+        lo, hi = faces.IDENTITY_RANGES[k]
+        other[k] = np.array([hi if ids[k][0] < (lo + hi) / 2 else lo])
+        assert np.abs(faces.render(other, neutral, 48) - base).max() > 0.05
+
+    def eye_x(pose: float) -> float:
+        a = faces.neutral_attributes(1)
+        a["pose"] = np.array([pose])
+        img = faces.render(ids, a, 48)[0]
+        dark = (img.sum(-1) < 0.35) & (np.arange(48)[:, None] < 24)
+        return float(np.nonzero(dark)[1].mean())
+
+    assert eye_x(0.12) - eye_x(-0.12) > 2.0
+
+
+# ---------------------------------------------------------------- model and loss
+def test_triplet_loss_zero_when_separated_positive_otherwise_and_differentiable() -> None:
+    labels = torch.tensor([0, 0, 1, 1])
+    sep = torch.tensor([[1.0, 0.0], [0.99, 0.141], [-1.0, 0.0], [-0.99, 0.141]], dtype=torch.float64)
+    assert float(embedder.batch_hard_triplet(sep, labels, 0.2)) == 0.0
+    mixed = torch.randn(4, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 0.1
+    mixed.requires_grad_(True)
+    loss = embedder.batch_hard_triplet(mixed, labels, 0.2)
+    assert float(loss.detach()) > 0
+    torch.autograd.gradcheck(lambda e: embedder.batch_hard_triplet(e, labels, 0.2), (mixed,))
+
+
+def test_embeddings_unit_norm() -> None:
+    torch.manual_seed(0)
+    ids, attrs = _faces(6)
+    E = embedder.embed(embedder.FaceCNN(8, 16), faces.render(ids, attrs, 32))
+    np.testing.assert_allclose(np.linalg.norm(E, axis=1), 1.0, atol=1e-6)
+
+
+# ---------------------------------------------------------------- macroscale
+def test_ks_matches_scipy() -> None:
+    rng = np.random.default_rng(9)
+    for n, m in ((30, 45), (100, 7), (50, 50)):
+        x, y = rng.normal(size=n), rng.normal(0.3, 1.2, m)
+        x[:5] = y[:5]  # ties
+        assert en.ks_statistic(x, y) == pytest.approx(stats.ks_2samp(x, y).statistic, abs=1e-12)
+    z = rng.integers(0, 3, 40).astype(float)
+    assert en.ks_statistic(z, z[::-1]) == pytest.approx(stats.ks_2samp(z, z[::-1]).statistic)
+
+
+def test_macro_sets_one_image_per_identity_equal_sizes() -> None:
+    rng = np.random.default_rng(10)
+    owner = np.repeat(np.arange(30), 5)
+    group = rng.choice([-1, 0, 1], size=150, p=[0.3, 0.3, 0.4])
+    pos, neg = en.macro_sets(group, owner, rng)
+    assert len(pos) == len(neg)
+    assert len(np.unique(owner[pos])) == len(pos) and len(np.unique(owner[neg])) == len(neg)
+    assert np.all(group[pos] == 1) and np.all(group[neg] == -1)
+    with pytest.raises(ValueError):
+        en.macro_sets(np.ones(150, int), owner, rng)
+
+
+def test_entropies() -> None:
+    owner = np.repeat(np.arange(10), 4)
+    const = np.repeat(np.where(np.arange(10) < 5, 1, -1), 4)
+    assert en.intra_entropy(const, owner) == 0.0
+    half = np.tile([1, -1, 1, -1], 10)
+    assert en.intra_entropy(half, owner) == pytest.approx(1.0)
+    assert en.inter_entropy(half, owner) < en.inter_entropy(const, owner)
+
+
+def test_random_embedding_auc_is_half() -> None:
+    rng = np.random.default_rng(11)
+    owner = np.repeat(np.arange(100), 4)
+    assert abs(en.verification_auc(rng.normal(size=(400, 32)), owner) - 0.5) < 0.03
+
+
+# ---------------------------------------------------------------- pipeline and params
+def _tiny_config() -> experiment.Config:
+    return experiment.Config(24, 50, 20, 8, 16, 4, 2, 6, 4, 1e-3, 5e-4, 0.2, ("contrast",), 4, 12, 5, 0.1,
+                             (), 0.5, 4)
+
+
+def test_run_seed_deterministic() -> None:
+    a, b = experiment.run_seed(_tiny_config(), 3), experiment.run_seed(_tiny_config(), 3)
+    for m in a.energies["knn"]:
+        np.testing.assert_array_equal(a.energies["knn"][m], b.energies["knn"][m])
+    assert a.auc == b.auc
+    assert set(a.energies["knn"]) == {"random", "base", "ft_none", "ft_contrast"}
+    row = experiment.summary_row(a, "knn")
+    assert row["dE"] == pytest.approx(float((a.energies["knn"]["ft_contrast"] - a.energies["knn"]["ft_none"])[:, 5].mean()))
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"bogus": 1}, "unknown parameter 'bogus'"),
+    ({"C": "thirty"}, "parameter 'C'"),
+    ({"stencil_h": 0.5}, "parameter 'stencil_h'"),
+    ({"C": 10, "knn_k": 10}, "parameter 'C'"),
+    ({"energy_ids": 50}, "parameter 'energy_ids'"),
+    ({"aug_attributes": ("pose",)}, "parameter 'aug_attributes'"),
+])
+def test_bad_params_refused(overrides: dict, match: str) -> None:
+    with pytest.raises(ParamError, match=match):
+        p.Params.resolve("quick", **overrides)
+
+
+def test_cli_exits_2_before_compute(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("companion")
+    for args in (["--preset", "paper", "-p", f"model_path={tmp_path}/x.pt", "-p", "knn_k=abc"],):
+        out = subprocess.run([str(exe), "run", "fr-geometry", *args, "--out", str(tmp_path / "o")],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert "parameter" in out.stderr
+
+
+def _tiny_celeba(root: Path, n_ids: int = 6, per_id: int = 12) -> None:
+    """A CelebA-format folder of rendered faces (jpg), identities and 40 random +-1 attributes."""
+    from PIL import Image
+
+    rng = np.random.default_rng(12)
+    ids = faces.sample_identities(n_ids, rng)
+    owner = np.repeat(np.arange(n_ids), per_id)
+    img = faces.render(faces.take(ids, owner), faces.sample_attributes(len(owner), rng), 40)
+    (root / "img_align_celeba").mkdir(parents=True)
+    names = [f"{i:06d}.jpg" for i in range(len(owner))]
+    for name, x in zip(names, img):
+        Image.fromarray((x * 255).astype(np.uint8)).save(root / "img_align_celeba" / name)
+    (root / "identity_CelebA.txt").write_text("".join(f"{n} {o + 1}\n" for n, o in zip(names, owner)))
+    attrs = [f"Attr_{k}" for k in range(40)]
+    vals = rng.choice([-1, 1], size=(len(owner), 40))
+    vals[:, 0] = np.where(owner % 2 == 0, 1, -1)  # an identity-level attribute
+    body = "".join(n + " " + " ".join(map(str, v)) + "\n" for n, v in zip(names, vals))
+    (root / "list_attr_celeba.txt").write_text(f"{len(owner)}\n{' '.join(attrs)}\n{body}")
+
+
+@pytest.mark.slow
+def test_paper_preset_offline_on_tiny_checkpoint_and_data(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.jit.script(embedder.FaceCNN(8, 16))
+    torch.jit.save(model, str(tmp_path / "model.pt"))
+    _tiny_celeba(tmp_path / "celeba")
+    real_out = real.run_real(p.Params.resolve("paper", model_path=str(tmp_path / "model.pt"),
+                                                data_path=str(tmp_path / "celeba"), smoke=True, device="cpu",
+                                                paper_img_size=32))
+    assert real_out.energies["knn"].shape == (4, 4)
+    assert np.all((real_out.energies["knn"] >= 0) & (real_out.energies["knn"] <= 2))
+    assert "Attr_0" in real_out.macro.index
+    exe = Path(sys.executable).with_name("companion")
+    out = subprocess.run([str(exe), "run", "fr-geometry", "--preset", "paper", "-p", f"model_path={tmp_path}/model.pt",
+                          "-p", f"data_path={tmp_path}/celeba", "-p", "smoke=true", "-p", "device=cpu",
+                          "-p", "paper_img_size=32", "--out", str(tmp_path / "run")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
