@@ -273,3 +273,30 @@ def test_fast_pair_loss_equals_the_reference_loss_and_gradients(dtype, tol, at_r
         idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
         torch.testing.assert_close(jsae.jacobian_factored(sae_x, sae_y, mlp, mlp.dphi(x), idx_x, idx_y),
                                    jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y), rtol=tol, atol=tol)
+
+
+def _pair(frac01: float, l1l2: float, dead: float = 0.0, ce: float = 0.9) -> jsae.PairEval:
+    """A pair's held-out metrics with the fields the claims read."""
+    return jsae.PairEval((frac01,) * 4, frac01, l1l2, 0.05, 0.03, dead, dead, ce)
+
+
+def test_claims_read_the_conditions_and_every_seed_rows_take_the_worst_seed():
+    params = jsae.Params.resolve("quick")
+    res = jsae.Results(params, 2.6, 300, {"clean": 2.6, "zero_in": 2.8, "zero_out": 2.8})
+    # per seed: (SAE frac, SAE l1l2), (JSAE frac, JSAE l1l2), (random JSAE frac, random l1l2)
+    rows = [((0.9, 0.76), (0.5, 0.63), (0.85, 0.60)), ((0.9, 0.78), (0.52, 0.62), (0.86, 0.61)),
+            ((0.8, 0.70), (0.48, 0.64), (0.84, 0.59))]
+    for (fs, ls), (fj, lj), (fr, lr) in rows:
+        res.per_seed.append({"sae": _pair(fs, ls, 0.3), "jsae": _pair(fj, lj, 0.5), "jsae-random": _pair(fr, lr)})
+    res.exact_err, res.speedup = [1e-7, 3e-7, 2e-7], [400.0, 500.0, 450.0]
+    v = {x.id: x for x in jsae.check(res)}
+    assert list(v) == [c.id for c in jsae.CLAIMS]
+    np.testing.assert_allclose(v["trained-vs-random-l1l2"].per_seed, [-0.03, -0.01, -0.05], atol=1e-12)
+    assert v["trained-vs-random-l1l2"].verdict == "FAILS"  # the scale-free metric reverses ...
+    assert v["trained-vs-random"].verdict == "HOLDS"  # ... while the threshold metric holds
+    every = v["jac-sparser-every"]
+    assert every.kind == "exact" and every.interval is None and every.value == pytest.approx(0.48 / 0.8)
+    assert v["l1l2-sparser-every"].value == pytest.approx(min(0.76 - 0.63, 0.78 - 0.62, 0.70 - 0.64))
+    assert v["jac-exact"].value == 3e-7 and "jac-speedup" not in v
+    m = jsae.metrics(res)
+    assert m["jsae.dead_out"] == 0.5 and m["sae.dead_in"] == 0.3 and m["jsae-random.dead_in"] == 0.0
