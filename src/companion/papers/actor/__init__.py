@@ -232,7 +232,7 @@ CLAIMS = [
           "retain term", "MMLU / MT-Bench / perplexity within ~1.5 %", 0.9, ">="),
     Claim("utility-literal-loss", "Utility after ACTOR with the paper's literal loss (beta = 0)",
           "MMLU / MT-Bench / perplexity within ~1.5 %", 0.9, ">="),
-    Claim("one-layer-only", "Tensors outside block l* that ACTOR changed, plus seeds where block l* did not "
+    Claim("one-layer-only", "Consistency check (holds by construction unless the freezing is broken): tensors outside block l* that ACTOR changed, plus seeds where block l* did not "
           "change (all seeds)", "only one layer is fine-tuned", 0, "<=", kind="exact"),
     Claim("per-query-beats-uniform", "Trade-off score T.S. = (C.R. + S.S.)/2 of ACTOR minus the uniform shift "
           "(margin 0.02)", "per-query shifts beat uniform shifts (ablation)", 0.02, ">="),
@@ -316,6 +316,28 @@ def metrics(results: Results) -> dict[str, Any]:
     out["trainable_fraction"] = float(np.mean([s.get("trainable_fraction", float("nan")) for s in seeds]))
     out.update(results.extra)
     return out
+
+
+def page_numbers(results: Results, verdicts: list[Verdict]) -> dict[str, Any]:
+    """The numbers the page's prose quotes (NaN where this setting did not measure one)."""
+    m, v = metrics(results), {x.id: x for x in verdicts}
+    nan = float("nan")
+
+    def rate(model: str, key: str) -> float:
+        return m["rates"].get(model, {}).get(key, nan)
+
+    ood = m["ood_compliance_gain_per_seed"]
+    return {"gain": v["over-refusal-reduced"].value, "pseudo_after": rate("ACTOR", "pseudo_id"),
+            "ood_after": rate("ACTOR", "pseudo_ood"), "ood_min_gain": min(ood), "ood_max_gain": max(ood),
+            "utility": rate("ACTOR", "utility"), "utility_b0": rate("ACTOR, beta 0", "utility"),
+            "utility_b0_verdict": v["utility-literal-loss"].verdict,
+            "benign_proj": m.get("benign_projection_from_zero", nan),
+            "harm_proj": m.get("harmful_projection_from_zero", nan),
+            "zero_pseudo": rate("ACTOR, origin zero", "pseudo_id"), "zero_benign": rate("ACTOR, origin zero", "benign"),
+            "uniform_gap": v["per-query-beats-uniform"].value, "uniform_verdict": v["per-query-beats-uniform"].verdict,
+            "sft_gap": v["beats-sft-layer"].value, "sft_verdict": v["beats-sft-layer"].verdict,
+            "sft_pseudo": rate("SFT (block l*)", "pseudo_id"), "sft_time_ratio": m.get("sft_layer_over_actor_seconds", nan),
+            "frac": m["trainable_fraction"], "layer": int(max(set(m["layers"]), key=m["layers"].count))}
 
 
 # ---------------------------------------------------------------- figures
