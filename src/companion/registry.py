@@ -154,6 +154,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2505.19097",
             "ye2025robustif",
         ),
+        Paper(
+            "actor",
+            "Just Enough Shifts: Mitigating Over-Refusal in Aligned Language Models with Targeted Representation Fine-Tuning",
+            "Mahavir Dabas, Si Chen, Charles Fleming, Ming Jin, Ruoxi Jia",
+            "https://arxiv.org/abs/2507.04250",
+            "pmlr-v267-dabas25a",
+        ),
     ]
 }
 
