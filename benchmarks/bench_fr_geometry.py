@@ -30,7 +30,7 @@ def main(C: int = 200, D: int = 32, rounds: int = 7) -> None:
     print("  " + loop.line(50.0, ">="))
     # one evaluation pass of the quick setting
     cfg = experiment.Config(32, 200, 40, 16, 32, 12, 4, 300, 120, 1e-3, 5e-4, 0.2, ("contrast",), 8, 30, 10, 0.1,
-                            (), 0.5, 8)
+                            (), 0.5, 200, 4)
     torch.manual_seed(0)
     model = embedder.FaceCNN(cfg.width, cfg.emb_dim)
     from companion.papers.fr_geometry import faces

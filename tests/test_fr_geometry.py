@@ -202,7 +202,7 @@ def test_random_embedding_auc_is_half() -> None:
 # ---------------------------------------------------------------- pipeline and params
 def _tiny_config() -> experiment.Config:
     return experiment.Config(24, 50, 20, 8, 16, 4, 2, 6, 4, 1e-3, 5e-4, 0.2, ("contrast",), 4, 12, 5, 0.1,
-                             (), 0.5, 4)
+                             (), 0.5, 30, 4)
 
 
 def test_run_seed_deterministic() -> None:

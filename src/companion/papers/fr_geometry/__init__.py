@@ -52,7 +52,7 @@ class Params(BaseParams):
     seeds: int = param(3, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     img_size: int = param(32, lo=24, hi=64, help="rendered face size (pixels)")
     n_train_ids: int = param(200, lo=50, hi=5000, help="training identities")
-    n_test_ids: int = param(40, lo=20, hi=1000, help="disjoint test identities (energies, KS, AUC)")
+    n_test_ids: int = param(40, lo=20, hi=1000, help="disjoint test identities (energies, verification AUC)")
     width: int = param(16, lo=8, hi=64, help="CNN width (first conv channels)")
     emb_dim: int = param(32, lo=8, hi=128, help="embedding dimension")
     P: int = param(12, lo=4, hi=64, help="identities per triplet batch")
@@ -71,7 +71,8 @@ class Params(BaseParams):
     h_sweep: tuple[float, ...] = param((), lo=0.02, hi=0.25, min_len=0, help="extra stencil steps (fine-tuned models)")
     neighbors: str = param("knn", choices=energy.NEIGHBORS, help="neighbourhood of the energy the claims use")
     ball_eps: float = param(0.5, lo=0.05, hi=2.0, help="radius-ball neighbourhood: eps x mean pairwise distance")
-    macro_imgs: int = param(8, lo=4, hi=64, help="images per test identity for the macroscale KS")
+    macro_ids: int = param(200, lo=20, hi=5000, help="fresh unseen identities of the macroscale KS")
+    macro_imgs: int = param(4, lo=2, hi=64, help="images per macroscale identity")
     model_path: str = param(local_default(SLUG, "model.pt"), help="paper preset: a TorchScript face-recognition "
                             "model file (RGB in [0, 1] at paper_img_size -> embeddings)")
     data_path: str = param(local_default(SLUG, "celeba"), help="paper preset: a CelebA folder (img_align_celeba/, "
@@ -81,7 +82,8 @@ class Params(BaseParams):
 
     PRESETS = {
         "full": {"n_train_ids": 400, "n_test_ids": 60, "P": 16, "base_steps": 700, "ft_steps": 300,
-                 "aug_attributes": ("contrast", "hue"), "energy_ids": 16, "C": 40, "h_sweep": (0.05, 0.2)},
+                 "aug_attributes": ("contrast", "hue"), "energy_ids": 16, "C": 40, "h_sweep": (0.05, 0.2),
+                 "macro_ids": 400},
         "paper": {"seeds": 1, "energy_ids": 16, "C": 20},
     }
 
@@ -103,7 +105,7 @@ class Params(BaseParams):
         return experiment.Config(self.img_size, self.n_train_ids, self.n_test_ids, self.width, self.emb_dim,
                                  self.P, self.K, self.base_steps, self.ft_steps, self.lr, self.ft_lr, self.margin,
                                  tuple(self.aug_attributes), self.energy_ids, self.C, self.knn_k, self.stencil_h,
-                                 tuple(self.h_sweep), self.ball_eps, self.macro_imgs, dev)
+                                 tuple(self.h_sweep), self.ball_eps, self.macro_ids, self.macro_imgs, dev)
 
 
 @dataclass

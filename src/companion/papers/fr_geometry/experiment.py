@@ -45,6 +45,7 @@ class Config:
     stencil_h: float
     h_sweep: tuple[float, ...]
     ball_eps: float
+    macro_ids: int
     macro_imgs: int
     device: str = "cpu"
 
@@ -130,9 +131,10 @@ def energies_of(cfg: Config, E: np.ndarray, h_frac: float, modes: tuple[str, ...
     return out, S, dropped
 
 
-def macro_groups(cfg: Config, ids: dict[str, np.ndarray], test_idx: np.ndarray, rng: np.random.Generator
-                 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Macroscale images (macro_imgs per test identity), their owners and the +1/-1/0 attribute groups."""
+def macro_groups(cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Macroscale images (macro_imgs for each of macro_ids fresh unseen identities), owners, +1/-1/0 groups."""
+    ids = faces.sample_identities(cfg.macro_ids, rng)
+    test_idx = np.arange(cfg.macro_ids)
     owner = np.repeat(test_idx, cfg.macro_imgs)
     attrs = faces.sample_attributes(len(owner), rng)
     img = faces.render(faces.take(ids, owner), attrs, cfg.img_size)
@@ -205,9 +207,9 @@ def run_seed(cfg: Config, seed: int) -> SeedResult:
     owner = np.repeat(test_idx, 4)
     vimg = faces.render(faces.take(ids, owner), faces.sample_attributes(len(owner), vrng, faces.BASE_RANGES), cfg.img_size)
     auc = {name: en.verification_auc(embedder.embed(m, vimg, device=dev), owner) for name, m in models.items()}
-    # macroscale on the base and the random model
+    # macroscale on the base and the random model, over fresh identities (never trained on)
     mrng = np.random.default_rng([seed, 6])
-    mimg, mowner, groups = macro_groups(cfg, ids, test_idx, mrng)
+    mimg, mowner, groups = macro_groups(cfg, mrng)
     macro, dists = {}, {}
     for name in ("base", "random"):
         E = embedder.embed(models[name], mimg, device=dev)
