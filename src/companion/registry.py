@@ -155,6 +155,13 @@ PAPERS: dict[str, Paper] = {
             "ye2025robustif",
         ),
         Paper(
+            "fr-geometry",
+            "Attributes Shape the Embedding Space of Face Recognition Models",
+            "Pierrick Leroy, Antonio Mastropietro, Marco Nurisso, Francesco Vaccarino",
+            "https://arxiv.org/abs/2507.11372",
+            "leroy2025attributes",
+        ),
+        Paper(
             "actor",
             "Just Enough Shifts: Mitigating Over-Refusal in Aligned Language Models with Targeted Representation Fine-Tuning",
             "Mahavir Dabas, Si Chen, Charles Fleming, Ming Jin, Ruoxi Jia",
