@@ -168,6 +168,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2507.04250",
             "pmlr-v267-dabas25a",
         ),
+        Paper(
+            "diffusion-mia",
+            "Towards Black-Box Membership Inference Attack for Diffusion Models",
+            "Jingwei Li, Jing Dong, Tianxing He, Jingzhao Zhang",
+            "https://arxiv.org/abs/2405.20771",
+            "li2025towards",
+        ),
     ]
 }
 
