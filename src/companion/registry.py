@@ -175,6 +175,13 @@ PAPERS: dict[str, Paper] = {
             "https://arxiv.org/abs/2405.20771",
             "li2025towards",
         ),
+        Paper(
+            "self-ref",
+            "Learning to Route LLMs with Confidence Tokens",
+            "Yu-Neng Chuang, Prathusha Kameswara Sarma, Parikshit Gopalan, John Boccio, Sara Bolouki, Xia Hu, Helen Zhou",
+            "https://arxiv.org/abs/2410.13284",
+            "pmlr-v267-chuang25b",
+        ),
     ]
 }
 

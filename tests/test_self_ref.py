@@ -1,0 +1,214 @@
+"""Unit checks of the Self-REF reproduction (spec: shared/papers/self-ref.md, "Unit checks")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from companion.params import ParamError
+from companion.papers import self_ref as sr
+from companion.papers.self_ref import confidence, lm, qa_data, routing
+from companion.papers.self_ref.pipeline import selfref_data
+
+
+def test_vocab_has_each_confidence_token_once_and_new_rows_are_the_mean():
+    v = qa_data.base_vocab()
+    vc = v.with_tokens(qa_data.CONFIDENCE).with_tokens(qa_data.CONFIDENCE)
+    assert "<CN>" not in v.tokens and vc.tokens.count("<CN>") == 1 and vc.tokens.count("<UN>") == 1
+    assert len(vc) == len(v) + 2
+    model = lm.build(len(v), 1, 32, seed=0)
+    old = model.get_input_embeddings().weight.detach().clone()
+    confidence.add_confidence_tokens(model, len(v), len(vc))
+    emb = model.get_input_embeddings().weight.detach()
+    assert emb.shape[0] == len(vc)
+    torch.testing.assert_close(emb[: len(v)], old)
+    torch.testing.assert_close(emb[len(v):], old.mean(0).expand(2, -1))
+    # the tied output rows equal, so the fresh score is exactly 1/2
+    prompts = qa_data.Split(np.array([0]), np.array([[1, 2, 3]]), np.array([6]), np.array([True])).prompts(vc)
+    s = lm.selfref_score(model, prompts, np.array([6]), vc.id("<CN>"), vc.id("<UN>"))
+    assert s[0] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_algorithm1_labels_targets_ratio_and_determinism():
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 10, 400)
+    pred = np.where(rng.random(400) < 0.7, gold, (gold + 1) % 10)
+    for ratio in (0.2, 0.5, 0.8):
+        aug = confidence.algorithm1(pred, gold, ratio, np.random.default_rng(1))
+        assert np.array_equal(aug.confident, pred[aug.index] == gold[aug.index])
+        assert np.array_equal(aug.answer, pred[aug.index])  # targets are the model's own answers
+        assert abs(aug.un_share - ratio) <= 1 / len(aug.index) + 1e-12
+    a = confidence.algorithm1(pred, gold, 0.5, np.random.default_rng(5))
+    b = confidence.algorithm1(pred, gold, 0.5, np.random.default_rng(5))
+    assert np.array_equal(a.index, b.index)
+    scarce = confidence.algorithm1(np.ones(10, int), np.zeros(10, int), 0.5, np.random.default_rng(0))
+    assert scarce.un_share == 1.0 and len(scarce.index) == 10
+    with pytest.raises(ValueError, match="un_ratio"):
+        confidence.algorithm1(pred, gold, 1.0, rng)
+
+
+def test_label_masking_of_selfref_sequences():
+    vc = qa_data.base_vocab().with_tokens(qa_data.CONFIDENCE)
+    split = qa_data.Split(np.array([0, 1, 2, 3]), np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9], [0, 0, 1]]),
+                          np.array([6, 6, 4, 5]), np.ones(4, bool))
+    pred = np.array([6, 5, 4, 2])  # right, wrong, right, wrong
+    seq, lab, share, n = selfref_data(split, vc, pred, 0.5, True, np.random.default_rng(0))
+    assert n == 4 and share == 0.5
+    assert (lab[:, : lm.PROMPT_LEN] == confidence.IGNORE).all()
+    ok = torch.as_tensor(pred == split.gold)
+    assert (lab[~ok, lm.PROMPT_LEN] == confidence.IGNORE).all()
+    assert (lab[~ok, lm.PROMPT_LEN + 1] == vc.id("<UN>")).all()
+    assert torch.equal(lab[ok, lm.PROMPT_LEN], torch.as_tensor(pred[ok.numpy()]))
+    assert (lab[ok, lm.PROMPT_LEN + 1] == vc.id("<CN>")).all()
+    _, unmasked, _, _ = selfref_data(split, vc, pred, 0.5, False, np.random.default_rng(0))
+    assert torch.equal(unmasked[~ok, lm.PROMPT_LEN], torch.as_tensor(pred[~ok.numpy()]))
+
+
+def test_score_is_sigmoid_of_the_two_logits_and_ignores_others():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(50, 21, generator=g) * 5
+    s = confidence.confidence_score(logits, 19, 20)
+    p = logits.softmax(-1)
+    torch.testing.assert_close(s, p[:, 19] / (p[:, 19] + p[:, 20]))
+    assert ((s >= 0) & (s <= 1)).all()
+    other = logits.clone()
+    other[:, :19] += torch.randn(50, 19, generator=g) * 10
+    torch.testing.assert_close(confidence.confidence_score(other, 19, 20), s)
+
+
+def test_routing_curve_endpoints_rate_and_ties():
+    rng = np.random.default_rng(0)
+    n = 97
+    small, large = rng.random(n) < 0.5, rng.random(n) < 0.9
+    scores = rng.integers(0, 4, n).astype(float)  # many ties
+    rates = np.linspace(0, 1, 21)
+    acc = routing.routed_accuracy(scores, small, large, rates)
+    assert acc[0] == small.mean() and acc[-1] == large.mean()
+    for r in rates:
+        m = routing.route_mask(scores, r)
+        assert abs(m.mean() - r) <= 1 / n
+    m = routing.route_mask(np.zeros(10), 0.3)
+    assert np.array_equal(np.flatnonzero(m), [0, 1, 2])  # ties go by index
+    oracle = routing.oracle_accuracy(small, large, rates)
+    for s in (scores, rng.random(n), -scores, small.astype(float)):
+        assert (oracle >= routing.routed_accuracy(s, small, large, rates) - 1e-12).all()
+    # random routing: the mean over many random orders is the straight line
+    sims = np.mean([routing.routed_accuracy(rng.random(n), small, large, rates) for _ in range(2000)], 0)
+    np.testing.assert_allclose(sims, routing.random_accuracy(small, large, rates), atol=0.01)
+    assert routing.rate_to_match(rates, acc, large.mean()) <= 1.0
+
+
+def test_auroc_and_ece_match_references():
+    rng = np.random.default_rng(0)
+    for s, y in [(rng.random(200), rng.random(200) < 0.4),
+                 (rng.integers(0, 3, 200).astype(float), rng.random(200) < 0.6),
+                 (np.r_[np.ones(50), np.zeros(50)], np.r_[np.ones(30, bool), np.zeros(70, bool)])]:
+        assert routing.auroc(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+        order = np.argsort(s, kind="stable")
+        brute = sum(len(b) * abs(s[b].mean() - y[b].mean()) for b in np.array_split(order, 15)) / len(s)
+        assert routing.ece(s, y) == pytest.approx(brute, abs=1e-12)
+    assert np.isnan(routing.auroc(np.ones(3), np.ones(3, bool)))
+
+
+def test_splits_disjoint_and_fact_mix():
+    mx = qa_data.make_mixture(qa_data.OPS, 0.5, np.random.default_rng(3))
+    key = lambda sp, o: {tuple(t) for t in sp.abc[sp.op == o]}  # noqa: E731
+    for o in range(3):
+        parts = [key(getattr(mx, k), o) for k in "PSVT"]
+        assert sum(map(len, parts)) == len(set().union(*parts))
+    f = qa_data.OPS.index("FACT")
+    in_p = key(mx.P, f)
+    idx = lambda t: 100 * t[0] + 10 * t[1] + t[2]  # noqa: E731
+    assert all(mx.fact_known[idx(t)] for t in in_p) and len(in_p) == mx.fact_known.sum()
+    for k in "SVT":
+        sp = getattr(mx, k)
+        fact = sp.op == f
+        assert sp.known[fact].mean() == 0.5
+        assert all((tuple(t) in in_p) == kn for t, kn in zip(sp.abc[fact], sp.known[fact]))
+    assert np.array_equal(qa_data.base_vocab().digit_of(np.array([0, 9, 10, 18, -1])), [0, 9, -1, -1, -1])
+
+
+def test_params_validation():
+    with pytest.raises(ParamError, match="un_ratio"):
+        sr.Params.resolve(un_ratio=0.95)
+    with pytest.raises(ParamError, match="report_rate"):
+        sr.Params.resolve(report_rate=0.33)
+    with pytest.raises(ParamError, match="use_lora"):
+        sr.Params.resolve(use_lora=True)
+    with pytest.raises(ParamError, match="ops"):
+        sr.Params.resolve(ops=("SUM", "DIV"))
+    with pytest.raises(ParamError, match="model_path"):
+        sr.Params.resolve("paper", model_path="/nonexistent/llm")
+
+
+def test_tiny_run_is_deterministic_and_checks():
+    p = sr.Params.resolve(seeds=1, base_steps=100, sharpen_steps=0, selfref_steps=50, batch_size=16)
+    a, b = sr.run(p), sr.run(p)
+    ca, cb = a.seeds[0].conditions["plain"], b.seeds[0].conditions["plain"]
+    np.testing.assert_array_equal(ca.conf, cb.conf)
+    np.testing.assert_array_equal(ca.msp, cb.msp)
+    ids = [v.id for v in sr.check(a)]
+    assert ids == [c.id for c in sr.CLAIMS]
+    json.dumps(sr.metrics(a))
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_and_jsonl(tmp_path_factory):
+    """A tiny random Llama with a word-level tokenizer and a tiny JSONL dataset, saved offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("self_ref_paper")
+    words = ["Q:", "A:", "what", "is", "plus", *map(str, range(10))]
+    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>", *words])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]",
+                            eos_token="</s>").save_pretrained(root / "llm")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0,
+                      eos_token_id=2, bos_token_id=2, tie_word_embeddings=False)
+    LlamaForCausalLM(cfg).save_pretrained(root / "llm")
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, split in enumerate(["train"] * 20 + ["val"] * 6 + ["test"] * 10 + ["unanswerable"] * 4):
+        a, b = rng.integers(0, 5, 2)
+        rows.append({"prompt": f"Q: what is {a} plus {b} A:", "answer": str(a + b), "split": split,
+                     "strong_correct": bool(i % 3)})
+    (root / "data").mkdir()
+    (root / "data" / "toyqa.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(root / "llm"), str(root / "data"), root
+
+
+def test_paper_loader_adds_tokens_once(tiny_llama_and_jsonl):
+    from companion.models import causal_lm
+    from companion.papers.self_ref import paper_llm
+
+    llm, data, _ = tiny_llama_and_jsonl
+    model, tok = causal_lm.load(llm, torch.device("cpu"))
+    n = len(tok)
+    head = model.get_output_embeddings().weight.detach().clone()
+    cn, un = paper_llm.add_tokens(model, tok)
+    assert paper_llm.add_tokens(model, tok) == (cn, un) and len(tok) == n + 2
+    torch.testing.assert_close(model.get_output_embeddings().weight[cn].detach(), head.mean(0))
+    rows = paper_llm.read_jsonl(paper_llm.dataset_files(data)[0])
+    assert [len(rows[s]) for s in paper_llm.SPLITS] == [20, 6, 10, 4]
+
+
+@pytest.mark.slow
+def test_paper_preset_smoke_via_cli(tiny_llama_and_jsonl):
+    llm, data, root = tiny_llama_and_jsonl
+    out = root / "run"
+    cmd = [sys.executable, "-m", "companion", "run", "self-ref", "--preset", "paper", "-p", f"model_path={llm}",
+           "-p", f"data_path={data}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(next(out.rglob("results.json")).read_text())
+    assert record["status"] == "ok" and "local LLM" in record["metrics"]["source"]
