@@ -123,6 +123,16 @@ def test_kl_shell_is_exact_and_discordance_matches_kendall() -> None:
     assert dpo.discordance(a, a) == 0.0 and dpo.discordance(a, -a) == 1.0
 
 
+def test_kl_shell_redraws_rays_that_cannot_reach_kappa() -> None:
+    # a peaked reference: rays towards the dominant response tend to KL = -log 0.6 < 1 and never meet
+    # the shell at kappa = 1 (the full preset's instance that hung before the redraw); others do
+    p_ref = np.array([0.6] + [0.4 / 11] * 11)
+    p, kls = dpo.shell_policies(np.random.default_rng(3), p_ref, 1.0, 200)
+    assert np.max(np.abs(kls - 1.0)) < 1e-9 and np.all(np.isfinite(p))
+    with pytest.raises(ValueError, match="unreachable"):
+        dpo.shell_policies(np.random.default_rng(3), np.full(4, 0.25), 1.5, 10)  # max KL log 4 = 1.386
+
+
 def test_reinforce_estimator_is_unbiased() -> None:
     rng = np.random.default_rng(8)
     phi, _, p_ref, P = pr.contextual_instance(rng, 5, 3, 4)

@@ -61,10 +61,20 @@ def shell_policies(rng: np.random.Generator, p_ref: np.ndarray, kappa: float, n:
                    ) -> tuple[np.ndarray, np.ndarray]:
     """n policies ``softmax(log p_ref + c xi)`` with c found by bisection so that ``KL(p || p_ref) = kappa``.
 
-    Returns the policies (n, K) and their KL (n,). KL grows monotonically in c >= 0 along each ray.
+    Returns the policies (n, K) and their KL (n,). KL grows monotonically in c >= 0 along each ray,
+    towards ``-log p_ref(argmax xi)`` (the point mass the ray tends to): a ray whose limit is <= kappa
+    never meets the shell, so it is redrawn (random numbers are drawn only when there is such a ray).
+    Raises ValueError when no ray can reach kappa (every response has p_ref >= exp(-kappa)).
     """
     log_ref = np.log(p_ref)
+    if -log_ref.min() <= kappa:
+        raise ValueError(f"KL shell at kappa = {kappa}: unreachable, the largest KL to a point mass is "
+                         f"{-log_ref.min():.4g}")
     xi = rng.standard_normal((n, len(p_ref)))
+    short = -log_ref[xi.argmax(axis=1)] <= kappa
+    while short.any():
+        xi[short] = rng.standard_normal((int(short.sum()), len(p_ref)))
+        short = -log_ref[xi.argmax(axis=1)] <= kappa
 
     def kl_at(c: np.ndarray) -> np.ndarray:
         return kl(policy(log_ref + c[:, None] * xi), p_ref)
