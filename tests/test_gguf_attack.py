@@ -285,7 +285,8 @@ def test_claims_follow_the_run_and_gguf_all_is_measured_only_when_run() -> None:
     assert q8.kind == "exact" and q8.interval is None and q8.value == rec["q8_identical"] == 1.0
     # Without multi_type the all-types row is left out, not faked; a type not attacked drops its rows.
     quick = ga.Params.resolve("quick")
-    assert "gguf-all" not in {c.id for c in ga.claims_for(quick)}
+    assert "gguf-all" not in {c.id for c in ga.claims_for(quick)} | {c.id for c in ga.CLAIMS}
+    assert [c.id for c in ga.claims_for(quick)] == [c.id for c in ga.CLAIMS]  # the page prints every claim
     assert "gguf-all" in {c.id for c in ga.claims_for(ga.Params.resolve("full"))}
     only_q2 = {c.id for c in ga.claims_for(ga.Params.resolve("quick", target_types=("Q2_K",)))}
     assert not only_q2 & {"delta-q4k", "rep-benign-q4k", "delta-q8", "q8-exact", "gguf-all"}
