@@ -45,6 +45,16 @@ def test_list_names_every_registered_paper(capsys):
         assert slug in out
 
 
+@pytest.mark.parametrize("slug", list(registry.PAPERS))
+def test_params_lists_every_preset_without_local_weights(slug, capsys):
+    """`companion params` shows the paper preset's values even where its paths do not exist yet."""
+    assert cli.main(["params", slug]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("name"))
+    assert header.split()[:5] == ["name", "type", "quick", "full", "paper"]
+    assert "seed" in out
+
+
 @pytest.mark.slow
 def test_run_writes_the_contract_and_answers_repeats_from_cache(toy_project, capsys):
     assert cli.main(["run", "toy-paper", "-p", "seeds=4"]) == 0

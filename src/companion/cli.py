@@ -8,6 +8,7 @@ before any compute, 130 interrupted (the run is recorded as ``interrupted``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -95,13 +96,13 @@ def cmd_params(args: argparse.Namespace) -> int:
 
     paper = registry.get(args.slug)
     cls = params_class(paper)
-    presets = {name: cls.resolve(name) for name in PRESET_NAMES}
+    presets = {name: _preset_values(cls, name) for name in PRESET_NAMES}
     doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
     print(f"{paper.slug}: {paper.title}\n{doc}\n")
     rows = [("name", "type", "quick", "full", "paper", "allowed", "help")]
     for name in cls.names():
         rule, kind = cls.rule(name), cls.kind(name)
-        vals = [_short(getattr(presets[p], name)) for p in PRESET_NAMES]
+        vals = [_short(presets[p][name]) for p in PRESET_NAMES]
         rows.append((name, kind, *vals, rule.describe(kind), rule.help))
     widths = [min(max(len(r[i]) for r in rows), 28) for i in range(6)]
     for r in rows:
@@ -110,6 +111,14 @@ def cmd_params(args: argparse.Namespace) -> int:
     if what:
         print(f"\npaper preset: {what}")
     return EXIT_OK
+
+
+def _preset_values(cls: Any, preset: str) -> dict[str, Any]:
+    """A preset's values, each checked, without the cross-parameter checks of a run: listing the
+    ``paper`` preset must not require its local weights to exist."""
+    values = {f.name: f.default for f in dataclasses.fields(cls) if f.name != "preset"}
+    values.update(cls.PRESETS.get(preset, {}))
+    return {name: cls.check(name, value) for name, value in values.items()}
 
 
 def _short(value: Any) -> str:
