@@ -80,6 +80,7 @@ def test_scorecard_status_and_robustness_show_claims_agreement_failures_and_miss
 
     monkeypatch.setattr(registry, "PAPERS", {s: registry.PAPERS[s] for s in SLUGS[:2]})
     page = _record(SLUGS[0], 0, "HOLDS", 0.81234)
+    page["provenance"].update(cpu_seconds=80.54, load_average=1.25)
     other = Stored(tmp_path / "quick-seed100.json", _record(SLUGS[0], 100, "INCONCLUSIVE", 0.6), None, True)
     full = Stored(tmp_path / "full-seed0.json", _record(SLUGS[0], 0, "HOLDS", 0.9, "full"), None, False)
     records = {SLUGS[0]: [Stored(tmp_path / "quick-seed0.json", page, None, True), other, full], SLUGS[1]: []}
@@ -91,8 +92,8 @@ def test_scorecard_status_and_robustness_show_claims_agreement_failures_and_miss
     assert "The stored run failed" in card and "ValueError" in card
     assert "1 HOLDS" not in card and "**2** HOLDS" in card
     status = book.status_markdown(results, records)
-    assert "| quick, seed 0 | ok | 42.0 | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | current |" in status
-    assert "| full, seed 0 | ok | 42.0 | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | **stale** |" in status
+    assert "| quick, seed 0 | ok | 42.0 | 80.5 | 1.2 | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | current |" in status
+    assert "| full, seed 0 | ok | 42.0 | – | – | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | **stale** |" in status
     assert "| torch | 2 |" in status
     assert "not run" in book.status_markdown({SLUGS[0]: None}, {})
     robust = book.robustness_markdown(SLUGS[0], records[SLUGS[0]])
