@@ -52,6 +52,21 @@ def test_stored_outputs_have_no_warnings_tracebacks_or_absolute_paths(slug):
             assert "Empty DataFrame" not in text, "an empty table is printed"
 
 
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f]")
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_page_prose_has_no_control_characters(slug):
+    """A TeX command written in a non-raw Python string loses its backslash (``\\bar`` becomes a
+    backspace and ``ar``, ``\\theta`` a tab and ``heta``): MathJax then typesets the wrong formula
+    and no later check notices. Tabs are allowed outside math."""
+    nb = nbformat.read(registry.get(slug).notebook(ROOT), as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            hit = CONTROL.search(cell.source) or re.search(r"\$[^$]*\t[^$]*\$", cell.source)
+            assert not hit, f"cell {i}: control character in {cell.source[max(0, hit.start() - 20):hit.end() + 10]!r}"
+
+
 def test_a_deliberately_edited_paper_module_makes_its_records_stale(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src" / "companion", src / "companion", ignore=shutil.ignore_patterns("__pycache__"))
