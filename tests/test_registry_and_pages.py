@@ -56,6 +56,13 @@ def test_bib_key_is_in_references(slug):
     assert "{" + registry.get(slug).bib_key + "," in (ROOT / "book" / "references.bib").read_text()
 
 
+def test_bibliography_has_each_key_once():
+    """A repeated entry (two engineers citing one paper) fails the book build late; catch it here."""
+    keys = re.findall(r"^@\w+\{([^,\s]+),", (ROOT / "book" / "references.bib").read_text(), re.M)
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    assert not repeated, f"repeated BibTeX keys in book/references.bib: {', '.join(repeated)}"
+
+
 def test_unknown_slugs_are_refused():
     for bad in ("../etc", "fdiv_losses", "", "FDIV-LOSSES"):
         with pytest.raises(registry.UnknownPaper, match="unknown paper"):
