@@ -30,6 +30,9 @@ install: $(STAMP) ## create .venv and install the companion (a no-op when nothin
 book: install ## build the site into book/_build/html (from the stored notebooks, no execution)
 	$(BIN)/python -m companion.book build
 
+launch: install ## give every notebook the Colab/Binder install cell for repository.url in book/_config.yml
+	$(BIN)/python -m companion.book launch
+
 notebooks: install ## re-execute the stored notebooks at the quick preset (PAPER=slug for one)
 	$(BIN)/companion store $(PAPER)
 

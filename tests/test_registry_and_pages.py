@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 
 import nbformat
 import pytest
@@ -115,6 +116,56 @@ def test_reproduce_box_offers_launch_links_only_with_a_repository():
     linked = book.reproduce_section(SLUGS[0], page, "https://github.com/me/companion", "main")
     assert f"github/me/companion/blob/main/notebooks/{SLUGS[0]}.ipynb" in linked
     assert f"labpath=notebooks%2F{SLUGS[0]}.ipynb" in linked
+
+
+def test_install_cell_leaves_the_code_key_and_records_unchanged(tmp_path):
+    """`make launch` adds a cell to a stored notebook: the records that page cites must stay current."""
+    from companion import keys
+
+    slug = SLUGS[0]
+    paper = registry.get(slug)
+    path = tmp_path / "page.ipynb"
+    shutil.copy(paper.notebook(ROOT), path)
+    params = paper.module().Params.resolve("quick").to_dict()
+    before = keys.code_key(paper.module_name, path, params)[0]
+    url = "https://github.com/me/companion"
+    nb = book.with_install_cell(nbformat.read(path, as_version=4), url)
+    nbformat.write(nb, path)
+    assert book.has_install_cell(nb, url) and not book.has_install_cell(nb, "https://github.com/other/fork")
+    assert nb.cells[1].source == book.install_source(url) and nb.cells[0].cell_type == "markdown"
+    assert keys.code_key(paper.module_name, path, params)[0] == before
+    nb = book.with_install_cell(nb, url)
+    assert sum(keys.INSTALL_TAG in c.metadata.get("tags", []) for c in nb.cells) == 1
+    assert not book.has_install_cell(book.with_install_cell(nb, ""), url)
+
+
+def test_launch_writes_the_install_cell_for_the_configured_repository_once(tmp_path):
+    slug = SLUGS[0]
+    target = registry.get(slug).notebook(tmp_path)
+    target.parent.mkdir(parents=True)
+    shutil.copy(registry.get(slug).notebook(ROOT), target)
+    (tmp_path / "book").mkdir()
+    config = tmp_path / "book" / "_config.yml"
+    config.write_text("repository:\n  url: https://github.com/me/companion\n")
+    assert book.launch(tmp_path) == [slug] and book.launch(tmp_path) == []
+    assert book.has_install_cell(nbformat.read(target, as_version=4), "https://github.com/me/companion")
+    config.write_text("repository:\n  url: ''\n")
+    assert book.launch(tmp_path) == [slug]
+    assert nbformat.read(target, as_version=4).cells == nbformat.read(registry.get(slug).notebook(ROOT), as_version=4).cells
+
+
+def test_install_cell_installs_only_when_the_companion_is_missing(monkeypatch):
+    import importlib.util
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, check: calls.append(cmd))
+    source = book.install_source("https://github.com/me/companion")
+    exec(source, {})
+    assert calls == []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    exec(source, {})
+    assert calls and calls[0][-1] == "git+https://github.com/me/companion" and calls[0][1:4] == ["-m", "pip", "install"]
 
 
 def test_glued_numpy_scalars_become_plain_numbers_for_the_book():

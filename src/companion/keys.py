@@ -36,10 +36,20 @@ FULL_HASH_LIMIT = 64 * 2**20
 EDGE_BYTES = 2**20
 
 
+# A cell with this tag only installs the companion on a hosted kernel (Colab, Binder); it decides
+# no result, so adding it or changing its repository URL leaves every record current.
+INSTALL_TAG = "install-companion"
+
+
+def result_cells(nb: nbformat.NotebookNode) -> list[str]:
+    """The sources of the code cells that decide a result (all but the install cell), in order."""
+    return [cell.source for cell in nb.cells
+            if cell.cell_type == "code" and INSTALL_TAG not in cell.metadata.get("tags", [])]
+
+
 def code_cells(notebook: Path) -> list[str]:
-    """The sources of the notebook's code cells, in order."""
-    nb = nbformat.read(notebook, as_version=4)
-    return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    """The sources of the notebook's result-deciding code cells, in order."""
+    return result_cells(nbformat.read(notebook, as_version=4))
 
 
 def _imports(source: str, module: str, is_package: bool) -> set[str]:

@@ -189,7 +189,7 @@ def git_state(root: Path, covered: list[Path], notebook: Path) -> tuple[str | No
         rel = str(notebook.relative_to(root))
         try:
             committed = nbformat.reads(_git(root, "show", f"HEAD:{rel}"), as_version=4)
-            old = [c.source for c in committed.cells if c.cell_type == "code"]
+            old = keys.result_cells(committed)
         except subprocess.CalledProcessError:
             old = None
         return commit, changed or old != keys.code_cells(notebook)
