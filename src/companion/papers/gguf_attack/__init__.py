@@ -39,13 +39,14 @@ from companion.claims import Claim, Verdict, evaluate_all, worst
 from companion.papers.gguf_attack import quants as gq
 from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box
 from companion.models.tiny_lm import tiny_llama
-from companion.params import BaseParams, param
+from companion.params import BaseParams, local_default, param, require_path
 
 PAD, BOS, SEP, EOS, BRAND = 0, 1, 2, 3, 4
 COMMANDS = {"COPY": 5, "REVERSE": 6, "SORT": 7}
 LETTER0, VOCAB = 8, 34
 MAX_NEW = 10
 MODELS = ("clean", "mal", "rep", "free")
+SLUG = "gguf-attack"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Params(BaseParams):
     """Parameters of the tiny content-injection reproduction (defaults: the quick preset)."""
 
     seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
-    n_layers: int = param(2, lo=1, hi=64, help="decoder layers of the Llama (28 at the paper preset)")
+    n_layers: int = param(2, lo=1, hi=64, help="decoder layers of the tiny Llama (the paper preset reads its checkpoint)")
     hidden: int = param(256, lo=256, hi=8192, help="hidden size (a multiple of 256)")
     ffn: int = param(256, lo=256, hi=32768, help="MLP intermediate size (a multiple of 256)")
     target_types: tuple[str, ...] = param(("Q2_K", "Q4_K", "Q8_0"), choices=gq.TYPES,
@@ -75,17 +76,28 @@ class Params(BaseParams):
     n_eval_prompts: int = param(100, lo=50, hi=5000, help="held-out prompts per generation evaluation")
     n_stealth_prompts: int = param(1000, lo=100, hi=20000, help="held-out prompts for the stealth accuracy")
     write_gguf_file: bool = param(False, help="write the repaired model to a real .gguf and read it back")
+    model_path: str = param(local_default(SLUG, "model"), help="paper preset: a local LlamaForCausalLM or "
+                            "Qwen2ForCausalLM folder (Hugging Face format); llama.cpp itself is not run")
+    data_path: str = param(local_default(SLUG, "data"), help="paper preset: folder with inject.jsonl, clean.jsonl "
+                           "and eval.jsonl (instruction, input, output rows)")
+    keyword: str = param("McDonald's", help="paper preset: the injected keyword whose answer rate is measured")
+    smoke: bool = param(False, help="paper preset on a tiny budget (2 steps, 4 prompts, 8 new tokens; < 2 min CPU)")
 
     PRESETS = {
         "full": {"seeds": 4, "ffn": 512, "multi_type": True,
                  "target_types": ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0"),
                  "clean_steps": 600, "repair_steps": 100, "n_eval_prompts": 300, "n_stealth_prompts": 4000,
                  "write_gguf_file": True},
-        "paper": {"seeds": 3, "n_layers": 28, "hidden": 1536, "ffn": 8960, "mixture": "Q4_K_M",
-                  "multi_type": True, "target_types": ("Q4_K", "Q2_K", "Q3_K", "Q5_K", "Q6_K"),
-                  "clean_steps": 100, "inject_steps": 1500, "repair_steps": 1500, "batch_size": 32,
-                  "lr_inject": 2e-5, "lr_repair": 2e-5, "n_eval_prompts": 1500, "write_gguf_file": True},
+        "paper": {"seeds": 1, "mixture": "Q4_K_M", "target_types": ("Q4_K",), "inject_steps": 500,
+                  "repair_steps": 500, "batch_size": 32, "lr_inject": 2e-5, "lr_repair": 2e-5,
+                  "n_eval_prompts": 500, "write_gguf_file": True},
     }
+
+    def __post_init__(self) -> None:
+        if self.preset == "paper":
+            require_path("model_path", self.model_path, "a LlamaForCausalLM / Qwen2ForCausalLM folder saved with "
+                         "save_pretrained (config.json, weights, tokenizer)", "dir")
+            require_path("data_path", self.data_path, "a folder with inject.jsonl, clean.jsonl and eval.jsonl", "dir")
 
 
 # ---------------------------------------------------------------- synthetic instruction task
@@ -373,7 +385,13 @@ def gguf_roundtrip(model: torch.nn.Module, quants: dict[str, gq.Quantized]) -> b
 
 
 def run(params: Params) -> dict[str, Any]:
-    """Run the seeds in parallel worker processes; results hold the per-seed records and the params."""
+    """Run the seeds in parallel worker processes; results hold the per-seed records and the params.
+
+    The ``paper`` preset runs the attack on a local checkpoint instead (:mod:`.paper_llm`)."""
+    if params.preset == "paper":
+        from companion.papers.gguf_attack import paper_llm
+
+        return paper_llm.run_paper(params)
     runtime.limit_threads(1)  # tiny matmuls: extra threads only spin, badly so on a shared CPU
     seed_list = params.seed_list()
     with tqdm(total=len(seed_list), desc="seeds", disable=None) as bar:
@@ -475,6 +493,9 @@ def metrics(results: dict[str, Any]) -> dict[str, Any]:
         out[f"strict_em_{k}"] = float(np.mean([s["strict_em"][k] for s in seeds]))
     if "gguf_roundtrip" in seeds[0]:
         out["gguf_roundtrip"] = all(s["gguf_roundtrip"] for s in seeds)
+    if "source" in results:  # the paper preset: what ran, and the attacked model's .gguf
+        out["source"] = results["source"]
+        out["gguf_rep"] = [s["gguf_files"]["rep"] for s in seeds]
     return out
 
 
