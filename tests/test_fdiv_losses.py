@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,6 +19,7 @@ from companion.papers.fdiv_losses.markov import (MarkovSource, bayes_accuracy, n
 from companion.papers.fdiv_losses.fdivergence import (REGISTRY, FDivergence, bisect_tau, fy_loss, fy_loss_value, get_divergence,
                                    primal_value, softargmax, softargmax_diff, softmax_value, tau_bounds)
 from companion.papers import fdiv_losses as paper
+from companion.papers.fdiv_losses import corpus_lm
 from companion.params import ParamError
 
 NAMES = list(REGISTRY)
@@ -330,3 +335,106 @@ def test_gradients_unchanged_by_the_newton_path(name):
     y = torch.arange(32) % 12
     (grad,) = torch.autograd.grad(fy_loss(div, theta, y, q, 30).sum(), theta)
     torch.testing.assert_close(grad, p_ref - as_target(y, 12, theta.dtype), rtol=0, atol=1e-9)
+
+
+# --- paper preset: a local GPT-2 and a local text corpus ----------------------------------------
+
+CORPUS = ("the cat sat on the mat and the dog sat on the log . " * 30,
+          "a bird flew over the tree and a fish swam under the boat . " * 30,
+          "the sun rose over the hill and the moon set behind the sea . " * 30)
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2_and_corpus(tmp_path_factory):
+    """A tiny random GPT2LMHeadModel with a word-level tokenizer, and a folder of three text files."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = sorted({w for text in CORPUS for w in text.split()})
+    vocab = {w: i for i, w in enumerate(["<|endoftext|>", "[UNK]", *words])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    root = tmp_path_factory.mktemp("fdiv_paper")
+    model_dir, corpus = root / "gpt2", root / "corpus"
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", eos_token="<|endoftext|>").save_pretrained(model_dir)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_layer=1, n_embd=32, n_head=2, n_positions=64)
+                    ).save_pretrained(model_dir)
+    corpus.mkdir()
+    for i, text in enumerate(CORPUS):
+        (corpus / f"part{i}.txt").write_text(text)
+    return str(model_dir), str(corpus), root
+
+
+def test_corpus_files_stream_and_held_out_tail(tiny_gpt2_and_corpus, tmp_path):
+    from transformers import AutoTokenizer
+
+    model_dir, corpus, _ = tiny_gpt2_and_corpus
+    files = corpus_lm.corpus_files(Path(corpus))
+    assert [f.name for f in files] == ["part0.txt", "part1.txt", "part2.txt"]
+    assert corpus_lm.corpus_files(files[1]) == [files[1]]
+    with pytest.raises(FileNotFoundError, match="txt"):
+        corpus_lm.corpus_files(tmp_path)
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    stream = corpus_lm.token_stream(tok, files)
+    assert (stream == tok.eos_token_id).sum() == 3 and stream[-1] == tok.eos_token_id
+    blocks = corpus_lm.split_blocks(stream, 16, 10**6)
+    n = len(stream) // 17
+    assert blocks.train.shape[1] == blocks.test.shape[1] == 17
+    assert len(blocks.train) + len(blocks.test) == n and len(blocks.test) == int(n * corpus_lm.EVAL_SHARE)
+    assert torch.equal(blocks.test[-1], torch.from_numpy(stream[(n - 1) * 17:n * 17]))  # the tail is held out
+    assert len(corpus_lm.split_blocks(stream, 16, 40).test) == 2  # capped by eval_tokens
+    with pytest.raises(ValueError, match="too few"):
+        corpus_lm.split_blocks(stream[:20], 16, 100)
+
+
+def test_paper_preset_refuses_bad_paths_and_settings(tiny_gpt2_and_corpus, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model_dir, corpus, _ = tiny_gpt2_and_corpus
+    with pytest.raises(ParamError, match="'model_path'"):
+        paper.Params.resolve("paper", model_path=str(tmp_path / "missing"), data_path=corpus)
+    with pytest.raises(ParamError, match="'data_path'"):
+        paper.Params.resolve("paper", model_path=model_dir, data_path=str(tmp_path / "missing"))
+    LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(tmp_path / "llama")
+    with pytest.raises(ParamError, match="model_type 'llama'"):
+        paper.Params.resolve("paper", model_path=str(tmp_path / "llama"), data_path=corpus)
+    with pytest.raises(ParamError, match="'run_distill_sft'"):
+        paper.Params.resolve("paper", model_path=model_dir, data_path=corpus, run_distill_sft=True)
+    assert paper.Params.resolve("quick", model_path=str(tmp_path / "missing")).preset == "quick"  # unused there
+
+
+def test_corpus_comparison_trains_each_loss_from_the_same_weights(tiny_gpt2_and_corpus):
+    model_dir, corpus, _ = tiny_gpt2_and_corpus
+    params = paper.Params.resolve("paper", model_path=model_dir, data_path=corpus, seeds=1, lm_steps=50,
+                                  lm_lr=3e-3, lm_seq_len=16, lm_batch=8, lm_losses=("kl", "alpha1.5"))
+    out = corpus_lm.run_corpus(params, torch.device("cpu"))
+    info, vocab = out["info"], len({w for text in CORPUS for w in text.split()}) + 2
+    assert info["vocab"] == vocab and info["files"] == 3 and info["tokens_seen_per_loss"] == 50 * 8 * 16
+    assert out["support"]["kl"] == [float(vocab)]  # softmax is dense
+    assert out["support"]["alpha1.5"][0] < vocab / 2  # entmax drops most tokens
+    for loss in ("kl", "alpha1.5"):  # the repetitive corpus is learnable: well above the untrained model
+        assert out["acc"][loss][0] > info["acc_before_training"] + 0.2
+        assert len(out["curve"][loss][0]) == len(out["support_curve"][loss][0]) == 10
+
+
+@pytest.mark.slow
+def test_paper_preset_smoke_via_cli(tiny_gpt2_and_corpus):
+    model_dir, corpus, root = tiny_gpt2_and_corpus
+    out = root / "run"
+    base = [sys.executable, "-m", "companion", "run", "fdiv-losses", "--preset", "paper"]
+    proc = subprocess.run(base + ["-p", f"model_path={model_dir}", "-p", f"data_path={corpus}", "-p", "smoke=true",
+                                  "-p", "device=cpu", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(next(out.rglob("results.json")).read_text())
+    assert record["status"] == "ok"
+    paths = record["provenance"]["paths"]
+    assert paths["model_path"]["path"] == model_dir and len(paths["model_path"]["sha256"]) == 64
+    assert paths["data_path"]["path"] == corpus
+    assert record["metrics"]["corpus"]["files"] == 3
+    verdicts = {c["id"]: c["verdict"] for c in record["claims"]}
+    assert verdicts["reductions"] == "HOLDS" and verdicts["lm-near-bayes"] == "INCONCLUSIVE"  # no Bayes rate
+    missing = subprocess.run(base + ["-p", f"model_path={root / 'missing'}"], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "model_path" in missing.stderr + missing.stdout

@@ -9,13 +9,16 @@ B. classification on scikit-learn's digits with an MLP, one Fenchel-Young loss p
 C. next-token prediction by a tiny GPT-2 on a sparse order-2 Markov source (KL vs α = 1.5);
 D. (full preset) distillation from the true table and fine-tuning on a perturbed source.
 
+The ``paper`` preset replaces C by the language-model comparison on a local GPT-2 checkpoint and a local
+text corpus (:mod:`companion.papers.fdiv_losses.corpus_lm`); A and B run as in ``full``, D does not.
+
 The operators and losses live in :mod:`companion.papers.fdiv_losses.fdivergence`; this module holds the experiment.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,16 +31,28 @@ from tqdm import tqdm
 
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all
+from companion.papers.fdiv_losses import corpus_lm
 from companion.papers.fdiv_losses.markov import (MarkovSource, bayes_accuracy, next_token_laws, perturb,
                                    sample_sequences, sparse_markov_table)
 from companion.papers.fdiv_losses.fdivergence import (LOSS_NAMES, REGISTRY, bisect_tau, fy_loss, get_divergence,
                                    primal_value, softargmax, softmax_value, fy_loss_value)
+from companion.fetch import Source
 from companion.models.mlp import FeatureMLP, fit
 from companion.models.tiny_lm import tiny_gpt2
-from companion.params import BaseParams, param
+from companion.params import BaseParams, ParamError, local_default, param, require_path
 from companion.plotting import figure
 
+SLUG = "fdiv-losses"
 SPARSE_FAMILIES = ("chi2", "alpha1.5", "alpha2")
+
+PAPER_PRESET = ("a local GPT-2 (model_path) trained with each loss on a local text corpus (data_path), from its "
+                "weights or from its config; next-token accuracy and support of p* on held-out tokens; parts A-B "
+                "as in full; no Markov source, distillation or SFT")
+
+SOURCES = (
+    Source("gpt2", "GPT-2 small (124M parameters), the checkpoint of the paper preset", "MIT",
+           repo_id="openai-community/gpt2", allow=("*.json", "model.safetensors", "merges.txt", "vocab.json")),
+)
 
 
 @dataclass(frozen=True)
@@ -54,19 +69,52 @@ class Params(BaseParams):
     lm_layers: int = param(2, lo=1, hi=8)
     lm_dim: int = param(64, lo=32, hi=512)
     lm_steps: int = param(600, lo=50, hi=20000)
-    lm_lr: float = param(3e-3, lo=1e-4, hi=1e-2)
+    lm_lr: float = param(3e-3, lo=1e-5, hi=1e-2)
     reference_measure: str = param("ones", choices=("ones", "uniform", "prior"))
     run_distill_sft: bool = param(False, help="part D: distillation and fine-tuning")
+    model_path: str = param(local_default(SLUG, "gpt2"), help="paper preset: local GPT-2 folder "
+                            "(GPT2LMHeadModel saved with save_pretrained, with its tokenizer)")
+    data_path: str = param(local_default(SLUG, "corpus"), help="paper preset: a UTF-8 text file or a folder "
+                           "of *.txt files")
+    smoke: bool = param(False, help="paper preset on a tiny budget (a few steps and tokens, < 2 min CPU)")
+    lm_init: str = param("checkpoint", choices=("checkpoint", "config"),
+                         help="paper preset: fine-tune the checkpoint's weights, or train its config from scratch")
+    lm_seq_len: int = param(128, lo=8, hi=1024, help="paper preset: tokens per training block")
+    lm_batch: int = param(16, lo=1, hi=512, help="paper preset: blocks per step")
+    lm_eval_tokens: int = param(100_000, lo=100, hi=10**8, help="paper preset: held-out tokens evaluated, at most")
 
     PRESETS = {
         "full": {"seeds": 5, "clf_losses": LOSS_NAMES, "clf_epochs": 60, "clf_hidden": 256,
                  "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 64, "lm_steps": 1200,
                  "run_distill_sft": True},
-        "paper": {"seeds": 5, "clf_losses": LOSS_NAMES, "clf_epochs": 100, "clf_hidden": 512,
-                  "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 256, "lm_support_max": 12,
-                  "lm_layers": 4, "lm_dim": 128, "lm_steps": 5000, "lm_lr": 1e-3, "run_distill_sft": True,
-                  "device": "cuda"},
+        # A and B as in full; C on the GPT-2 at model_path and the corpus at data_path
+        "paper": {"seeds": 3, "clf_losses": LOSS_NAMES, "clf_epochs": 60, "clf_hidden": 256,
+                  "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_steps": 2000, "lm_lr": 1e-4},
     }
+
+    def __post_init__(self) -> None:
+        if self.preset != "paper":
+            return
+        model = require_path("model_path", self.model_path, "a GPT-2 folder saved with save_pretrained "
+                             "(config.json, weights, tokenizer files)", "dir")
+        require_path("data_path", self.data_path, "a UTF-8 text corpus: one file or a folder of *.txt files")
+        kind = corpus_lm.model_type(model)
+        if kind != "gpt2":
+            raise ParamError(f"parameter 'model_path': {self.model_path!r} holds model_type {kind!r}; allowed: "
+                             "a GPT2LMHeadModel folder (config.json with model_type gpt2)")
+        if self.run_distill_sft:
+            raise ParamError("parameter 'run_distill_sft': True; allowed: False with the paper preset "
+                             "(distillation and SFT run on the Markov source only)")
+        if self.reference_measure != "ones":
+            raise ParamError(f"parameter 'reference_measure': {self.reference_measure!r}; allowed: ones with the "
+                             "paper preset (the corpus comparison uses q = 1, the entmax case)")
+
+
+def smoke_params(params: Params) -> Params:
+    """The paper pipeline on a tiny budget: two seeds, KL and α = 1.5, a few steps and tokens."""
+    return replace(params, seeds=min(params.seeds, 2), clf_losses=("kl", "alpha1.5"), clf_epochs=5,
+                   clf_hidden=64, lm_losses=("kl", "alpha1.5"), lm_steps=min(params.lm_steps, 4),
+                   lm_seq_len=min(params.lm_seq_len, 32), lm_batch=2, lm_eval_tokens=256)
 
 
 SPARSITY_BAR = 0.25  # α=1.5 support as a share of the vocabulary (the spec's claim 5)
@@ -93,6 +141,8 @@ class Results:
     """Everything :func:`run` measured, per seed where it varies with the seed."""
 
     params: Params
+    vocab: int = 0  # vocabulary of the LM comparison (0: params.lm_vocab)
+    corpus: dict[str, Any] = field(default_factory=dict)  # paper preset: model and corpus facts
     reduction_errors: list[dict[str, float]] = field(default_factory=list)
     general_errors: list[float] = field(default_factory=list)
     convergence: dict[str, list[float]] = field(default_factory=dict)
@@ -343,15 +393,21 @@ def _collect_lm(res: Results, loss: str, out: dict[str, Any]) -> None:
 
 
 def run(params: Params) -> Results:
-    """All parts of the reproduction for every seed; seeds and losses run in parallel processes."""
+    """All parts of the reproduction for every seed; seeds and losses run in parallel processes.
+
+    With the ``paper`` preset the LM comparison runs on the local GPT-2 and corpus, in this process.
+    """
     runtime.limit_threads()
-    runtime.resolve_device(params.device)
-    res = Results(params)
+    device = runtime.resolve_device(params.device)
+    paper = params.preset == "paper"
+    if paper and params.smoke:
+        params = smoke_params(params)
+    res = Results(params, vocab=params.lm_vocab)
     seeds = params.seed_list()
     iters = list(range(2, 41, 2))
     res.convergence = convergence(params.seed)
     res.slopes = {name: error_slope(iters, res.convergence[name]) for name in SPARSE_FAMILIES}
-    lm_jobs = [(params, seed, loss) for seed in seeds for loss in params.lm_losses]
+    lm_jobs = [] if paper else [(params, seed, loss) for seed in seeds for loss in params.lm_losses]
     every = max(1, params.lm_steps // 10)
     res.lm_curve_steps = list(range(every, params.lm_steps + 1, every))
     with tqdm(total=len(seeds) + len(lm_jobs), desc="fdiv-losses", disable=None, mininterval=5) as bar:
@@ -366,10 +422,22 @@ def run(params: Params) -> Results:
             for name, (acc, support) in out["digits"].items():
                 res.clf_acc.setdefault(name, []).append(acc)
                 res.clf_support.setdefault(name, []).append(support)
+    if paper:
+        _collect_corpus(res, corpus_lm.run_corpus(params, device))
+        return res
     first_loss = [out for (_, _, *loss), out in zip(jobs, outs) if loss and loss[0] == params.lm_losses[0]]
     res.bayes = [out["bayes"] for out in first_loss]
     res.lm_true_support = [out["true_support"] / params.lm_vocab for out in first_loss]
     return res
+
+
+def _collect_corpus(res: Results, out: dict[str, Any]) -> None:
+    """The corpus comparison's measurements; natural text has no known Bayes accuracy or true support (NaN)."""
+    res.lm_acc, res.lm_support = out["acc"], out["support"]
+    res.lm_curves, res.lm_support_curves = out["curve"], out["support_curve"]
+    res.vocab, res.corpus = out["info"]["vocab"], out["info"]
+    res.bayes = [float("nan")] * res.params.seeds
+    res.lm_true_support = [float("nan")] * res.params.seeds
 
 
 def seed_job(params: Params, seed: int) -> dict[str, Any]:
@@ -405,7 +473,7 @@ def per_seed_values(res: Results) -> dict[str, float | list[float]]:
         "alpha15-clf": _diff_points(res.clf_acc, "alpha1.5", "kl", n),
         "alpha15-lm": _diff_points(res.lm_acc, "alpha1.5", "kl", n),
         "lm-near-bayes": near,
-        "sparsity": [s / res.params.lm_vocab for s in res.lm_support.get("alpha1.5", [float("nan")] * n)],
+        "sparsity": [s / (res.vocab or res.params.lm_vocab) for s in res.lm_support.get("alpha1.5", [float("nan")] * n)],
     }
 
 
@@ -421,6 +489,8 @@ def metrics(res: Results) -> dict[str, Any]:
            "lm_support": mean(res.lm_support), "lm_support_recall": mean(res.lm_support_recall),
            "lm_outside_mass": mean(res.lm_outside_mass),
            "bayes_acc": float(np.mean(res.bayes)), "bisection_slopes": res.slopes}
+    if res.corpus:
+        out["corpus"] = res.corpus
     if res.sft_acc:
         out["sft_acc"] = mean(res.sft_acc)
         out["distill"] = {loss: mean(d) for loss, d in res.distill.items()}
@@ -496,10 +566,12 @@ def plot_lm(res: Results) -> Figure:
     for loss, curves in res.lm_curves.items():
         mean_sd_line(acc_ax, res.lm_curve_steps, curves, loss)
         mean_sd_line(sup_ax, res.lm_curve_steps, res.lm_support_curves[loss], loss)
-    acc_ax.axhline(np.mean(res.bayes), color="k", linestyle=":", linewidth=1, label="Bayes accuracy")
-    acc_ax.set(xlabel="training step", ylabel="next-token accuracy", title="Tiny GPT-2 on a sparse Markov source")
+    if not res.corpus:  # natural text has no known Bayes accuracy or true support
+        acc_ax.axhline(np.mean(res.bayes), color="k", linestyle=":", linewidth=1, label="Bayes accuracy")
+        sup_ax.axhline(np.mean(res.lm_true_support), color="k", linestyle=":", linewidth=1, label="true support")
+    title = f"GPT-2 ({res.corpus['init']}) on the local corpus" if res.corpus else "Tiny GPT-2 on a sparse Markov source"
+    acc_ax.set(xlabel="training step", ylabel="next-token accuracy (held out)", title=title)
     acc_ax.legend(loc="lower right")
-    sup_ax.axhline(np.mean(res.lm_true_support), color="k", linestyle=":", linewidth=1, label="true support")
     sup_ax.axhline(SPARSITY_BAR, color="C3", linestyle="--", linewidth=1, label="claim bar")
     sup_ax.set(xlabel="training step", ylabel="support of p* / vocabulary", ylim=(0, 1.05),
                title="How many tokens p* keeps")
