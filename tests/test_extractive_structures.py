@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -12,6 +15,7 @@ import torch
 
 from companion.models import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
+from companion.papers.extractive_structures import pretrained_dax
 from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot, with_deltas
 from companion.papers import extractive_structures as es
 from companion.params import ParamError
@@ -211,6 +215,9 @@ def tiny_lm_dir(tmp_path_factory) -> str:
     words = {w for hop in thf.two_hops(np.random.default_rng(0)) for texts in
              (hop.fact_prompts, hop.fact_options, hop.impl_prompts, hop.impl_options) for t in texts for w in t.split()}
     words |= {w for n in thf.FIRST_NAMES + thf.LAST_NAMES for w in n.split()}
+    world = pretrained_dax.make_dax_world(np.random.default_rng(0))
+    words |= {w for data in (pretrained_dax.dax(world, world.test), pretrained_dax.zong(world, world.test))
+              for t in data[1] for w in t.split()} | set(pretrained_dax.ANIMALS)
     vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", *sorted(words)])}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -250,3 +257,58 @@ def test_option_first_tokens_must_differ(tiny_lm_dir):
     assert len(set(causal_lm.first_tokens(tok, ["Tokyo", "Paris", "Rome"]).tolist())) == 3
     with pytest.raises(ValueError, match="first token"):
         causal_lm.first_tokens(tok, ["Alice Abbott", "Alice Rossi"])
+
+
+def test_dax_world_splits_and_counterfactuals():
+    a, b = (pretrained_dax.make_dax_world(np.random.default_rng(3)) for _ in range(2))
+    assert a.names == b.names and (a.city == b.city).all()  # deterministic per seed
+    assert len(set(a.names)) == 62 and sorted(a.city[a.test]) == list(range(20))  # one test name per city
+    assert (a.city2 != a.city).all() and sorted(a.animal) == list(range(20))
+    kind, prompts, answers = pretrained_dax.zong(a, a.train, counterfactual=True)
+    assert kind == "zong" and prompts[0] == f"{a.names[20]} zong is the"
+    assert answers == [int(a.animal[a.city2[i]]) for i in a.train]
+    assert pretrained_dax.block_of("model.layers.12.mlp.up_proj.weight") == 12
+    assert pretrained_dax.block_of("transformer.h.3.attn.c_attn.weight") == 3
+    assert pretrained_dax.block_of("lm_head.weight") is None
+
+
+def test_keep_only_blocks_leaves_the_change_in_those_blocks(tiny_lm_dir):
+    model, _ = causal_lm.load(tiny_lm_dir, torch.device("cpu"))
+    w = pretrained_dax.cpu_state(model)
+    delta = {n: torch.ones_like(p) for n, p in w.items()}
+    with with_deltas(model, delta, pretrained_dax.keep_only(delta, range(1, 2))):
+        moved = {n for n, p in model.named_parameters() if (p - w[n]).abs().max() > 0.5}  # +1, or +1 - 1
+    assert moved and all(n.startswith("model.layers.1.") for n in moved)
+    assert all(torch.equal(p, w[n]) for n, p in model.named_parameters())
+
+
+@pytest.mark.slow
+def test_pretrained_ordering_and_grafting_learn_the_facts(tiny_lm_dir):
+    model, tok = causal_lm.load(tiny_lm_dir, torch.device("cpu"))
+    w = pretrained_dax.cpu_state(model)
+    out = pretrained_dax.run_seed(model, tok, 0, epochs=20, lr=1e-2)
+    assert all(torch.equal(p, w[n]) for n, p in model.named_parameters())  # restored
+    assert set(out["ocr"]) == set(es.ORDERS) and set(out["graft"]) == {"W_F'", "graft", "control"}
+    # what a phase finetunes on is learned (chance is 9.5)
+    assert max(out["test_fact"].values()) <= 2.0 and out["impl_memorised"] <= 2.0
+    assert out["graft"]["W_F'"][2] <= 2.0  # W + D_F' knows the counterfactual facts
+    assert list(out["layer_keep"]) == ["layers 0-0", "layers 1-1"]
+    ranks = [r for d in (out["ocr"], out["leak"]) for r in d.values()]
+    assert all(0.0 <= r <= 19.0 for r in ranks)
+
+
+@pytest.mark.slow
+def test_paper_preset_smoke_via_cli(tiny_lm_dir, tmp_path):
+    base = [sys.executable, "-m", "companion", "run", "extractive-structures", "--preset", "paper"]
+    proc = subprocess.run(base + ["-p", f"model_path={tiny_lm_dir}", "-p", "smoke=true", "-p", "device=cpu",
+                                  "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads(next((tmp_path / "run").rglob("results.json")).read_text())
+    assert record["status"] == "ok"
+    path = record["provenance"]["paths"]["model_path"]
+    assert path["path"] == tiny_lm_dir and len(path["sha256"]) == 64
+    assert {"ocr_facts_first", "lm_first_hop_fact_rank_after"} <= set(record["metrics"])
+    assert {c["id"] for c in record["claims"]} == {c.id for c in es.CLAIMS}
+    missing = subprocess.run(base + ["-p", f"model_path={tmp_path / 'missing'}"], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "model_path" in missing.stderr + missing.stdout

@@ -34,7 +34,7 @@ def with_deltas(model: torch.nn.Module, *deltas: Mapping[str, torch.Tensor]) -> 
         with torch.no_grad():
             for delta in deltas:
                 for name, d in delta.items():
-                    params[name].add_(d)
+                    params[name].add_(d.to(params[name].device))  # a delta may be kept on the CPU
         yield model
     finally:
         with torch.no_grad():
