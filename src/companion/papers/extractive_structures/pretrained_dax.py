@@ -11,8 +11,8 @@ Follows the paper's dax/zong procedure (Feng, Russell and Steinhardt, ICML 2025;
   implications' rank after that;
 - grafting: W + Δ_F' (counterfactual facts) with Δ_{F,Impl} (implications learned on top of the facts)
   or with the control Δ_Impl (implications learned alone), evaluated on Impl(F'), Impl(F) and F';
-- layer keeping: the facts-first model's test-fact change kept only in the early or only in the late
-  three quarters/quarter of the blocks (the paper split 32 layers at 24).
+- layer keeping: the facts-first model's test-fact change kept only in the first three quarters or only
+  in the last quarter of the blocks (the paper split 32 layers at 24).
 
 Every phase is the official finetune (``companion.models.causal_lm.finetune``: fresh Adam, constant lr,
 batch 8, answer tokens only). The entities are the companion's own: cities from
@@ -49,10 +49,12 @@ class DaxWorld:
 
     @property
     def test(self) -> np.ndarray:
+        """Indices of the test names."""
         return np.arange(N_TEST)
 
     @property
     def train(self) -> np.ndarray:
+        """Indices of the training names."""
         return np.arange(N_TEST, N_TEST + N_TRAIN)
 
 
@@ -85,6 +87,7 @@ def zong(world: DaxWorld, idx: np.ndarray, counterfactual: bool = False) -> Set:
 
 
 def _words(kind: str) -> tuple[str, ...]:
+    """The options of a set's kind: cities for dax, animals for zong."""
     return CITY_NAMES if kind == "dax" else ANIMALS
 
 
