@@ -215,6 +215,16 @@ def test_run_seed_deterministic() -> None:
     assert row["dE"] == pytest.approx(float((a.energies["knn"]["ft_contrast"] - a.energies["knn"]["ft_none"])[:, 5].mean()))
 
 
+def test_macro_only_seed_is_the_seeds_own_base_model() -> None:
+    """A macroscale-only seed trains the base model that the whole seed would: the same KS gap exactly."""
+    cfg = _tiny_config()
+    whole, alone = experiment.run_seed(cfg, 4), experiment.run_macro_seed(cfg, 4)
+    assert alone.macro["base"] == whole.macro["base"]
+    assert experiment.ks_gap(alone.macro["base"]) == experiment.summary_row(whole, "knn")["ks_gap"]
+    other = experiment.run_macro_seed(cfg, 5)
+    assert experiment.ks_gap(other.macro["base"]) != experiment.ks_gap(alone.macro["base"])
+
+
 @pytest.mark.parametrize("overrides, match", [
     ({"bogus": 1}, "unknown parameter 'bogus'"),
     ({"C": "thirty"}, "parameter 'C'"),
@@ -222,6 +232,7 @@ def test_run_seed_deterministic() -> None:
     ({"C": 10, "knn_k": 10}, "parameter 'C'"),
     ({"energy_ids": 50}, "parameter 'energy_ids'"),
     ({"aug_attributes": ("pose",)}, "parameter 'aug_attributes'"),
+    ({"macro_seeds": 2}, "parameter 'macro_seeds'"),
 ])
 def test_bad_params_refused(overrides: dict, match: str) -> None:
     with pytest.raises(ParamError, match=match):
