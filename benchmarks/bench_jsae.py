@@ -2,8 +2,8 @@
 
 Setting (spec): 256 tokens, n = 512 latents, k = 8, MLP width m = 256, d = 64. Both routes are timed in
 interleaved rounds (``companion.bench.compare``, CPU time) and only their ratio is printed; the secondary
-ratio is the cost of one JSAE training step relative to one traditional SAE-pair step (target <= 2), with
-the reference step (products P, Q^T: ``pair_loss_reference``) alongside. Writes ``data/bench/jsae.json``.
+ratio is the cost of one JSAE training step relative to one traditional SAE-pair step (target <= 2), on
+the same batches and optimiser. Writes ``data/bench/jsae.json``.
 Run: ``.venv/bin/python benchmarks/bench_jsae.py``.
 """
 
@@ -54,21 +54,17 @@ def main() -> None:
     dphi = mlp.dphi(xs)  # as train_pair does: phi'(x) once per token
     opt = torch.optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=1e-3)
 
-    def step(lam: float, loss=jsae.pair_loss) -> None:
+    def step(lam: float) -> None:
         idx = torch.from_numpy(rng.integers(0, len(xs), size=BATCH))
         opt.zero_grad(set_to_none=True)
-        extra = {"dphi": dphi[idx]} if loss is jsae.pair_loss else {}
-        loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam, **extra).backward()
+        jsae.pair_loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam, dphi=dphi[idx]).backward()
         constrained_step([sae_x, sae_y], opt)
 
-    steps = bench.compare({"SAE pair step": lambda: step(0.0), "JSAE step": lambda: step(1.0),
-                           "JSAE step (reference path)": lambda: step(1.0, jsae.pair_loss_reference)},
+    steps = bench.compare({"SAE pair step": lambda: step(0.0), "JSAE step": lambda: step(1.0)},
                           "SAE pair step", rounds=31, warmup=3, clock="cpu")
     print(f"training step, batch {BATCH}:")
-    for name, c in steps.items():
-        print("  " + c.line(TARGET_STEP if name == "JSAE step" else None))
-    path = bench.record("jsae", steps["JSAE step"], target=TARGET_STEP,
-                        extra={"jacrev/efficient J": speed, "reference JSAE step": steps["JSAE step (reference path)"]},
+    print("  " + steps["JSAE step"].line(TARGET_STEP))
+    path = bench.record("jsae", steps["JSAE step"], target=TARGET_STEP, extra={"jacrev/efficient J": speed},
                         values={"max |efficient J - jacrev J|": err},
                         sizes={"tokens": TOKENS, "n": N, "k": K, "m": M, "d": D, "batch": BATCH})
     print(f"wrote {path}")

@@ -11,7 +11,8 @@ cached weight products P = W_dec^x W_in and Q = W_out W_enc^y, so the penalty is
 Reproduced here at toy scale, on CPU: a byte-level 2-layer GPT-2 trained on standard-library
 docstrings (and the same architecture left at its random initialisation); a traditional SAE pair
 vs a JSAE pair on its last MLP; the paper's threshold sparsity metric and a scale-free one, the
-CE-loss score and FVU; the efficient Jacobian checked against ``torch.func.jacrev`` and timed.
+CE-loss score and FVU; the efficient Jacobian checked against ``torch.func.jacrev`` and timed. The
+``paper`` preset runs the same pipeline on a local Pythia checkpoint and corpus (:mod:`.paper_lm`).
 
 Written by hand, because no well-kept library does it: the TopK SAE pair with the Jacobian
 penalty and the efficient Jacobian (SAELens has TopK SAEs but not the pair or the penalty).
@@ -41,7 +42,8 @@ from companion.claims import Claim, Verdict, evaluate_all, worst
 from companion.papers.jsae.docstring_corpus import sample_windows, split_tokens, tiled_windows
 from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, mlp_io, train_byte_lm
 from companion.models.topk_sae import TopKSAE, constrained_step, fvu
-from companion.params import BaseParams, ParamError, param
+from companion.fetch import Source
+from companion.params import BaseParams, ParamError, local_default, param, require_path
 from companion.plotting import figure
 
 CLAIM_TAU = 0.01  # the threshold the paper's headline numbers use
@@ -50,6 +52,14 @@ EVAL_WINDOWS = 256  # held-out windows: eight batches of 32 x 64 bytes
 CHECK_TOKENS = 64  # tokens for the exactness and speed check inside a run
 RANDOM_LM_SEED = 1_000_003  # offset so the random LM never shares the trained LM's init
 WINDOW_STREAM = 7  # numpy stream id of the training windows: np.random.default_rng([seed, 7])
+SLUG = "jsae"
+
+SOURCES = (
+    Source("pythia-70m-deduped", "Pythia-70m-deduped, the paper's lambda-sweep model (Hugging Face format)",
+           "Apache-2.0", repo_id="EleutherAI/pythia-70m-deduped",
+           allow=("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                  "special_tokens_map.json")),
+)
 
 
 @dataclass(frozen=True)
@@ -63,14 +73,14 @@ class Params(BaseParams):
     lm_steps: int = param(1000, lo=200, hi=5000, help="most LM training steps (batch 32 x 64 bytes)")
     lm_target_loss: float = param(2.62, lo=0.0, hi=6.0,
                                   help="stop LM training once its last-50-step loss is at most this (0: all steps)")
-    hook_layer: int = param(1, lo=0, hi=3, help="block whose MLP is studied (< lm_layers)")
-    n_tokens: int = param(32768, lo=8192, hi=2**21, help="training tokens collected per LM")
+    hook_layer: int = param(1, lo=0, hi=63, help="block whose MLP is studied (< the LM's layers)")
+    n_tokens: int = param(32768, lo=8192, hi=2**27, help="training tokens collected per LM")
     expansion: int = param(8, lo=4, hi=64, help="SAE latents n: expansion x d_model")
     k: int = param(8, lo=4, hi=64, help="active latents per token (TopK)")
     jac_coef: float = param(1.0, lo=0.0, hi=100.0, help="Jacobian penalty coefficient lambda")
     sweep_coefs: tuple[float, ...] = param((), lo=0.0, hi=100.0, min_len=0,
                                            help="extra lambdas for the trade-off sweep (base seed only)")
-    sae_steps: int = param(600, lo=200, hi=20000, help="SAE training steps")
+    sae_steps: int = param(600, lo=200, hi=200_000, help="SAE training steps")
     sae_lr: float = param(1e-3, lo=1e-4, hi=3e-3, help="Adam learning rate of the SAEs")
     sae_batch: int = param(256, lo=128, hi=4096, help="tokens per SAE step")
     thresholds: tuple[float, ...] = param((0.005, 0.01, 0.02, 0.05), lo=1e-6, hi=1.0,
@@ -79,17 +89,34 @@ class Params(BaseParams):
     use_reconstruction_for_phi: bool = param(False, help="phi' at x_hat (exact) instead of x (official)")
     run_random_baseline: bool = param(True, help="train a JSAE pair on the random-init LM")
     random_traditional: bool = param(False, help="also a traditional pair on the random LM")
+    model_path: str = param(local_default(SLUG, "pythia-70m-deduped"),
+                            help="paper preset: local GPT-NeoX (Pythia) folder saved with save_pretrained")
+    data_path: str = param(local_default(SLUG, "pile"),
+                           help="paper preset: a .txt/.jsonl text file, or a folder of them (jsonl: 'text' field)")
+    smoke: bool = param(False, help="paper preset on a tiny budget (4096 tokens, 40 SAE steps; < 2 min CPU)")
 
     PRESETS = {
         "full": {"seeds": 5, "n_tokens": 65536, "sae_steps": 1500, "sae_batch": 512,
                  "sweep_coefs": (0.3, 3.0, 10.0), "random_traditional": True},
-        "paper": {"seeds": 5, "lm_layers": 4, "d_model": 256, "d_mlp": 1024, "lm_steps": 5000, "lm_target_loss": 0.0,
-                  "hook_layer": 2, "n_tokens": 2**21, "expansion": 32, "k": 32, "jac_coef": 1.0,
-                  "sae_steps": 20000, "sae_lr": 5e-4, "sae_batch": 4096, "device": "cuda",
-                  "sweep_coefs": (0.3, 3.0, 10.0), "random_traditional": True},
+        # Pythia-70m-deduped as in the official runner's default: layer 3, 32x expansion, k 32, lambda 1;
+        # 73 242 steps of 4096 tokens are the paper's 300 M tokens, drawn from a pool of n_tokens.
+        "paper": {"seeds": 3, "hook_layer": 3, "n_tokens": 2**22, "expansion": 32, "k": 32, "jac_coef": 1.0,
+                  "sae_steps": 73_242, "sae_lr": 5e-4, "sae_batch": 4096, "normalize_acts": False,
+                  "device": "cuda", "random_traditional": True},
     }
 
     def __post_init__(self) -> None:
+        if self.preset == "paper":
+            from companion.papers.jsae.paper_lm import checkpoint_problem
+
+            path = require_path("model_path", self.model_path, "a GPT-NeoX (Pythia) checkpoint saved with "
+                                "save_pretrained (config.json, model.safetensors, tokenizer.json)", "dir")
+            require_path("data_path", self.data_path, "a text corpus: a .txt or .jsonl file (one JSON "
+                         "object with a 'text' field per line), or a folder of them")
+            problem = checkpoint_problem(path, self.hook_layer, self.k, self.expansion)
+            if problem:
+                raise ParamError(f"parameter {problem[0]!r}: {problem[1]}")
+            return
         if self.hook_layer >= self.lm_layers:
             raise ParamError(f"parameter 'hook_layer': {self.hook_layer} is out of range; "
                              f"allowed: int in [0, lm_layers - 1 = {self.lm_layers - 1}]")
@@ -113,8 +140,14 @@ def gelu_new_grad(z: Tensor) -> Tensor:
     return 0.5 * (1 + t) + 0.5 * z * (1 - t**2) * 0.7978845608028654 * (1 + 3 * 0.044715 * z**2)
 
 
+def gelu_grad(z: Tensor) -> Tensor:
+    """Derivative of the exact (erf) GELU, Pythia's activation: Phi(z) + z phi(z)."""
+    return 0.5 * (1 + torch.erf(z * 0.7071067811865476)) + z * torch.exp(-0.5 * z * z) * 0.3989422804014327
+
+
 ACTIVATIONS: dict[str, tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]] = {
     "gelu_new": (gelu_new, gelu_new_grad),
+    "gelu": (F.gelu, gelu_grad),
     "identity": (lambda z: z, torch.ones_like),
 }
 
@@ -142,38 +175,63 @@ class Mlp:
         return ACTIVATIONS[self.act][1](self.pre(x))
 
 
-def folded_mlp(module: torch.nn.Module, c_x: float, c_y: float) -> Mlp:
-    """A GPT-2 MLP acting on x / c_x and returning f(x) / c_y (scales folded into the weights)."""
-    w_in, b_in = module.c_fc.weight.detach(), module.c_fc.bias.detach()
-    w_out, b_out = module.c_proj.weight.detach(), module.c_proj.bias.detach()
-    return Mlp(w_in * c_x, b_in.clone(), w_out / c_y, b_out / c_y)
+def folded_mlp(module: torch.nn.Module, c_x: float, c_y: float, act: str = "gelu_new") -> Mlp:
+    """A GPT-2 or GPT-NeoX MLP acting on x / c_x and returning f(x) / c_y (scales folded into the weights)."""
+    if hasattr(module, "c_fc"):  # GPT-2's Conv1D stores (in, out)
+        lin_in, lin_out, w_in, w_out = module.c_fc, module.c_proj, module.c_fc.weight, module.c_proj.weight
+    else:  # GPT-NeoX's nn.Linear stores (out, in)
+        lin_in, lin_out = module.dense_h_to_4h, module.dense_4h_to_h
+        w_in, w_out = lin_in.weight.T, lin_out.weight.T
+    w_in, w_out = w_in.detach().contiguous(), w_out.detach().contiguous()
+    return Mlp(w_in * c_x, lin_in.bias.detach().clone(), w_out / c_y, lin_out.bias.detach() / c_y, act)
 
 
 # --- the efficient Jacobian --------------------------------------------------------------------
 
 def weight_products(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp) -> tuple[Tensor, Tensor]:
-    """P = W_dec^x W_in (n_x, m) and Q^T = (W_out W_enc^y)^T (n_y, m), once per step."""
-    return sae_x.W_dec @ mlp.w_in, (mlp.w_out @ sae_y.W_enc).T
+    """P = W_dec^x W_in (n_x, m) and Q^T = (W_out W_enc^y)^T (n_y, m), once per step; both row-contiguous."""
+    return sae_x.W_dec @ mlp.w_in, sae_y.W_enc.T @ mlp.w_out.T
+
+
+def gather_rows(w: Tensor, idx: Tensor) -> Tensor:
+    """``w[idx]`` for an (n, m) matrix and integer indices of any shape, shape (*idx.shape, m)."""
+    return torch.index_select(w, 0, idx.reshape(-1)).view(*idx.shape, w.shape[1])
+
+
+class ActiveJacobian(torch.autograd.Function):
+    """J[b] = (Q^T[idx_y[b]] * phi'[b]) P[idx_x[b]]^T, (batch, k_out, k_in), with a hand-written backward.
+
+    Profiled at the benchmark's size (batch 512, k 8, m 256), autograd's own backward of this product
+    returned the P-side gradient as a transposed (batch, m, k) product, which then went through the
+    strided slow path of the gathers' backward, and ``F.embedding``'s CPU backward adds rows one
+    dispatcher call at a time. Here both row gradients come out as contiguous (batch, k, m) products
+    and each goes into P's or Q^T's gradient with one ``index_add_``. Values and gradients are tested
+    against autograd's dense Jacobian of the latent map.
+    """
+
+    @staticmethod
+    def forward(ctx, p: Tensor, qt: Tensor, dphi: Tensor, idx_x: Tensor, idx_y: Tensor) -> Tensor:
+        rows_y = gather_rows(qt, idx_y).mul_(dphi[:, None, :])
+        rows_x = gather_rows(p, idx_x)
+        ctx.save_for_backward(qt, dphi, idx_x, idx_y, rows_y, rows_x)
+        ctx.n_x = p.shape[0]
+        return torch.bmm(rows_y, rows_x.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        qt, dphi, idx_x, idx_y, rows_y, rows_x = ctx.saved_tensors
+        m = qt.shape[1]
+        g_rows_y = torch.bmm(grad, rows_x)  # d loss / d (Q^T rows * phi')
+        g_rows_x = torch.bmm(grad.transpose(1, 2), rows_y)
+        g_dphi = (g_rows_y * gather_rows(qt, idx_y)).sum(1) if ctx.needs_input_grad[2] else None
+        g_p = g_rows_x.new_zeros(ctx.n_x, m).index_add_(0, idx_x.reshape(-1), g_rows_x.view(-1, m))
+        g_qt = qt.new_zeros(qt.shape).index_add_(0, idx_y.reshape(-1), g_rows_y.mul_(dphi[:, None, :]).view(-1, m))
+        return g_p, g_qt, g_dphi, None, None
 
 
 def jacobian_from_products(p: Tensor, qt: Tensor, dphi: Tensor, idx_x: Tensor, idx_y: Tensor) -> Tensor:
     """J[b, i, j] = sum_a Q[a, idx_y[b,i]] phi'[b,a] P[idx_x[b,j], a], shape (batch, k_out, k_in)."""
-    # Embedding-gather + bmm: an einsum over gathered tensors has a far slower CPU backward.
-    rows = F.embedding(idx_y, qt) * dphi[:, None, :]
-    return torch.bmm(rows, F.embedding(idx_x, p).transpose(1, 2))
-
-
-def jacobian_factored(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp, dphi: Tensor, idx_x: Tensor,
-                      idx_y: Tensor) -> Tensor:
-    """:func:`jacobian_from_products`' J without P: ``J[b] = ((Q^T[idx_y] ⊙ phi') W_in^T) W_dec^x[idx_x]^T``.
-
-    The training path. P = W_dec^x W_in and its (batch, k, m) gather are never formed: one large
-    matmul to width d and a (k x d) @ (d x k) product per token replace them (4x narrower
-    gathers, and their backward). Same J to float rounding (tested against the reference path).
-    """
-    qt = sae_y.W_enc.T @ mlp.w_out.T  # (n_y, m), contiguous rows for the gather
-    rows = F.embedding(idx_y, qt).mul_(dphi[:, None, :])  # (batch, k, m); embedding's backward needs no output
-    return torch.bmm(rows @ mlp.w_in.T, F.embedding(idx_x, sae_x.W_dec).transpose(1, 2))
+    return ActiveJacobian.apply(p, qt, dphi, idx_x, idx_y)
 
 
 def active_jacobian(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp, x_phi: Tensor, idx_x: Tensor,
@@ -216,20 +274,7 @@ def pair_loss(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp, x: Tensor, y: Tensor, la
     if lam > 0:
         if phi_at_reconstruction or dphi is None:
             dphi = mlp.dphi(x_hat if phi_at_reconstruction else x)
-        loss = loss + lam * jacobian_factored(sae_x, sae_y, mlp, dphi, idx_x, idx_y).abs().mean()
-    return loss
-
-
-def pair_loss_reference(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp, x: Tensor, y: Tensor, lam: float,
-                        phi_at_reconstruction: bool = False) -> Tensor:
-    """:func:`pair_loss` through the products P, Q^T and :func:`active_jacobian` (the reference path)."""
-    v_x, idx_x = sae_x.topk(x)
-    x_hat = sae_x.decode_topk(v_x, idx_x)
-    v_y, idx_y = sae_y.topk(y)
-    loss = F.mse_loss(x_hat, x) + F.mse_loss(sae_y.decode_topk(v_y, idx_y), y)
-    if lam > 0:
-        jac = active_jacobian(sae_x, sae_y, mlp, x_hat if phi_at_reconstruction else x, idx_x, idx_y)
-        loss = loss + lam * jac.abs().mean()
+        loss = loss + lam * jacobian_from_products(*weight_products(sae_x, sae_y, mlp), dphi, idx_x, idx_y).abs().mean()
     return loss
 
 
@@ -279,13 +324,13 @@ class Acts:
 
 
 def collect(model: torch.nn.Module, layer: int, train_w: np.ndarray, eval_w: np.ndarray,
-            normalise: bool) -> Acts:
+            normalise: bool, act: str = "gelu_new") -> Acts:
     """MLP I/O of ``model`` on training and held-out windows, scaled to unit mean-square norm."""
     x, y = mlp_io(model, layer, train_w)
     x_eval, y_eval = mlp_io(model, layer, eval_w)
     c_x = float(x.pow(2).sum(1).mean().div(x.shape[1]).sqrt()) if normalise else 1.0
     c_y = float(y.pow(2).sum(1).mean().div(y.shape[1]).sqrt()) if normalise else 1.0
-    mlp = folded_mlp(block_mlp(model, layer)[1], c_x, c_y)
+    mlp = folded_mlp(block_mlp(model, layer)[1], c_x, c_y, act)
     return Acts(x / c_x, y / c_y, x_eval / c_x, y_eval / c_y, mlp, c_x, c_y)
 
 
@@ -341,8 +386,23 @@ def evaluate_pair(sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts, jac: Tensor,
                     dead[0], dead[1])
 
 
-def exactness_and_speed(sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts) -> tuple[float, float]:
-    """Max |efficient - jacrev| at phi'(x_hat), and the CPU-time ratio jacrev / efficient."""
+def naive_active_jacobian(sae_x: TopKSAE, sae_y: TopKSAE, mlp: Mlp, s_x: Tensor, idx_x: Tensor,
+                          idx_y: Tensor) -> Tensor:
+    """The same block by ``vmap(jacrev)`` of the map from the k active input values to the k active output
+    pre-activations: autograd without the n x n Jacobian, for paper-size dictionaries; (batch, k, k)."""
+    def block(v: Tensor, ix: Tensor, iy: Tensor) -> Tensor:
+        x_hat = v @ sae_x.W_dec[ix] + sae_x.b_dec
+        return mlp(x_hat[None])[0] @ sae_y.W_enc[:, iy] + sae_y.b_enc[iy]
+
+    return torch.func.vmap(torch.func.jacrev(block))(torch.gather(s_x, 1, idx_x), idx_x, idx_y)
+
+
+def exactness_and_speed(sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts, full_map: bool = True) -> tuple[float, float]:
+    """Max |efficient - jacrev| at phi'(x_hat), and the CPU-time ratio jacrev / efficient.
+
+    ``full_map``: jacrev of the whole n-latent map (the toy; timed); else of the active block only
+    (the ``paper`` preset, where n x n per token does not fit: the speed-up is not measured, NaN).
+    """
     with torch.no_grad():
         x, y = acts.x_eval[:CHECK_TOKENS], acts.y_eval[:CHECK_TOKENS]
         s_x, idx_x = sae_x.encode(x)
@@ -353,9 +413,12 @@ def exactness_and_speed(sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts) -> tuple[flo
             return active_jacobian(sae_x, sae_y, acts.mlp, sae_x.decode(s_x), idx_x, idx_y)
 
     def slow() -> Tensor:
-        return naive_jacobian(sae_x, sae_y, acts.mlp, s_x, idx_x, idx_y).detach()
+        naive = naive_jacobian if full_map else naive_active_jacobian
+        return naive(sae_x, sae_y, acts.mlp, s_x, idx_x, idx_y).detach()
 
     err = float((fast() - slow()).abs().max())
+    if not full_map:
+        return err, float("nan")
     # CPU-time medians of several calls: the other worker's load makes single timings vary twofold.
     t_fast = runtime.median_time(fast, 21, clock=time.process_time)
     t_slow = runtime.median_time(slow, 3, warmup=0, clock=time.process_time)
@@ -379,10 +442,26 @@ class Results:
     abs_j: dict[str, np.ndarray] = field(default_factory=dict)
     examples: dict[str, np.ndarray] = field(default_factory=dict)
     sweep: list[tuple[float, PairEval]] = field(default_factory=list)
+    source: str = ""
 
 
-def _ce(model: torch.nn.Module, layer: int, sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts,
-        eval_w: np.ndarray, base: dict[str, float]) -> float:
+def describe(results: Results) -> str:
+    """One line on the LM the pairs were trained on: the toy LM's training, or the paper preset's checkpoint."""
+    if results.source:
+        return results.source
+    return f"LM train loss (nats/byte, last 50 steps): {results.lm_loss:.3f} after {results.lm_steps} steps"
+
+
+@torch.no_grad()
+def ce_baselines(model: torch.nn.Module, layer: int, eval_w: np.ndarray) -> dict[str, float]:
+    """Held-out CE of the clean LM and with the MLP input or output of ``layer`` zero-ablated."""
+    ln, mlp = block_mlp(model, layer)
+    return {"clean": mean_ce(model, eval_w, {}), "zero_in": mean_ce(model, eval_w, {ln: torch.zeros_like}),
+            "zero_out": mean_ce(model, eval_w, {mlp: torch.zeros_like})}
+
+
+def ce_of(model: torch.nn.Module, layer: int, sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts,
+          eval_w: np.ndarray, base: dict[str, float]) -> float:
     """CE-loss score averaged over the input splice and the output splice."""
     ln, mlp = block_mlp(model, layer)
     ce_in = mean_ce(model, eval_w, {ln: through(sae_x, acts.c_x)})
@@ -439,6 +518,14 @@ def train_lm(params: Params) -> tuple[float, int, dict[str, Tensor]]:
     return loss, steps, {k: v.cpu() for k, v in lm.state_dict().items()}
 
 
+def fit_job(acts: Acts, params: Params, seed: int, lam: float, ce: Callable[..., float] | None,
+            base: dict[str, float], keep_jac: bool = False, check: bool = False, full_map: bool = True) -> PairJob:
+    """One pair (``lam``, SAE seed ``seed``) on collected activations, evaluated; ``check``: J's exactness too."""
+    sx, sy, jac, ev = _fit_eval(acts, lam, params, seed, ce)
+    err, speed = exactness_and_speed(sx, sy, acts, full_map) if check else (float("nan"), float("nan"))
+    return PairJob(ev, (acts.c_x, acts.c_y), base, err, speed, jac.abs().cpu().numpy() if keep_jac else None)
+
+
 def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] | None,
              keep_jac: bool = False, check_speed: bool = False) -> PairJob:
     """Worker job: one SAE pair (coefficient ``lam``, SAE seed ``seed``) on the trained LM (None: a random LM)."""
@@ -453,17 +540,12 @@ def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] 
     acts = collect(lm, params.hook_layer, train_w, eval_w, params.normalize_acts)
     ce, base = None, {}
     if lm_state is not None:
-        ln, mlp = block_mlp(lm, params.hook_layer)
-        base = {"clean": mean_ce(lm, eval_w, {}), "zero_in": mean_ce(lm, eval_w, {ln: torch.zeros_like}),
-                "zero_out": mean_ce(lm, eval_w, {mlp: torch.zeros_like})}
+        base = ce_baselines(lm, params.hook_layer, eval_w)
 
         def ce(sx: TopKSAE, sy: TopKSAE) -> float:
-            return _ce(lm, params.hook_layer, sx, sy, acts, eval_w, base)
+            return ce_of(lm, params.hook_layer, sx, sy, acts, eval_w, base)
 
-    sx, sy, jac, ev = _fit_eval(acts, lam, params, seed, ce)
-    err, speed = exactness_and_speed(sx, sy, acts) if check_speed else (float("nan"), float("nan"))
-    return PairJob(ev, (acts.c_x, acts.c_y), base, err, speed,
-                   jac.abs().cpu().numpy() if keep_jac else None)
+    return fit_job(acts, params, seed, lam, ce, base, keep_jac, check_speed)
 
 
 def _job(params: Params, kind: str, seed: int, lam: float, state: dict[str, Tensor] | None) -> PairJob:
@@ -480,7 +562,12 @@ def run(params: Params, workers: int | None = None) -> Results:
     (initialisation, batches, training tokens) and the random LM, and the LM is drawn from the base
     ``seed``, so another base seed means another LM. The LM trains here, then every pair runs in
     one pool of worker processes (each worker pays the import of torch and transformers once).
+    The ``paper`` preset reads a local checkpoint and corpus instead (:func:`.paper_lm.run_paper`).
     """
+    if params.preset == "paper":
+        from companion.papers.jsae.paper_lm import run_paper
+
+        return run_paper(params)
     seeds = params.seed_list()
     # Nothing else runs while the LM trains, so it takes every core (25 vs 40 ms a step on two).
     runtime.limit_threads(workers or runtime.cores())
@@ -495,17 +582,23 @@ def run(params: Params, workers: int | None = None) -> Results:
     bar = tqdm(total=len(jobs), desc="jsae pairs", disable=None, leave=False)
     out = runtime.parallel_map(_job, jobs, workers, bar.update)
     bar.close()
-    by_job = {(job[1], job[2]): r for job, r in zip(jobs, out) if job[1] != "sweep"}
-    res = Results(params, loss, lm_steps, by_job[("sae", params.seed)].ce_base)
-    for seed in seeds:
-        res.per_seed.append({name: by_job[(name, seed)].ev
-                             for name in ("sae", "jsae", *(c for c, _ in conds)) if (name, seed) in by_job})
+    return assemble(params, loss, lm_steps, [job[1:4] for job in jobs], out)
+
+
+def assemble(params: Params, lm_loss: float, lm_steps: int, keys: list[tuple[str, int, float]],
+             out: list[PairJob], source: str = "") -> Results:
+    """The run's :class:`Results` from its pair jobs, each keyed by (condition, seed, lambda)."""
+    by_job = {(name, seed): r for (name, seed, _), r in zip(keys, out) if name != "sweep"}
+    res = Results(params, lm_loss, lm_steps, by_job[("sae", params.seed)].ce_base, source=source)
+    conds = [c for c in ("sae", "jsae", "jsae-random", "sae-random") if (c, params.seed) in by_job]
+    for seed in params.seed_list():
+        res.per_seed.append({name: by_job[(name, seed)].ev for name in conds})
         res.scales[f"trained-{seed}"] = by_job[("jsae", seed)].scales
         if ("jsae-random", seed) in by_job:
             res.scales[f"random-{seed}"] = by_job[("jsae-random", seed)].scales
         res.exact_err.append(by_job[("jsae", seed)].exact_err)
         res.speedup.append(by_job[("jsae", seed)].speedup)
-    res.sweep = [(job[3], r.ev) for job, r in zip(jobs, out) if job[1] == "sweep"]
+    res.sweep = [(lam, r.ev) for (name, _, lam), r in zip(keys, out) if name == "sweep"]
     sae, js = by_job[("sae", params.seed)], by_job[("jsae", params.seed)]
     pick = np.random.default_rng(params.seed)
     tok = pick.choice(len(sae.abs_j), 4, replace=False)

@@ -1,6 +1,7 @@
 """A tiny byte-level GPT-2 trained in seconds, with hooks to read or replace a block's MLP I/O.
 
-GPT-2's ``Conv1D`` stores weights as (in, out), so ``x @ W`` holds as in TransformerLens.
+GPT-2's ``Conv1D`` stores weights as (in, out), so ``x @ W`` holds as in TransformerLens. The hooks
+also serve the ``paper`` preset's GPT-NeoX (Pythia) checkpoints.
 """
 
 from __future__ import annotations
@@ -49,8 +50,11 @@ def train_byte_lm(model: GPT2LMHeadModel, data: np.ndarray, max_steps: int, rng:
     return float(np.mean(losses[-window:])), len(losses)
 
 
-def block_mlp(model: GPT2LMHeadModel, layer: int) -> tuple[nn.Module, nn.Module]:
-    """The (pre-MLP LayerNorm, MLP) modules of block ``layer``."""
+def block_mlp(model: nn.Module, layer: int) -> tuple[nn.Module, nn.Module]:
+    """The (pre-MLP LayerNorm, MLP) modules of block ``layer`` of a GPT-2 or GPT-NeoX model."""
+    if model.config.model_type == "gpt_neox":
+        block = model.gpt_neox.layers[layer]
+        return block.post_attention_layernorm, block.mlp
     block = model.transformer.h[layer]
     return block.ln_2, block.mlp
 
@@ -67,10 +71,15 @@ def replacing(modules: Mapping[nn.Module, Replace | None]) -> Iterator[None]:
             h.remove()
 
 
+# Tokens per forward pass when reading activations or the CE (64 and 32 windows of the toy's 64 bytes).
+IO_TOKENS, CE_TOKENS = 4096, 2048
+
+
 @torch.no_grad()
-def mlp_io(model: GPT2LMHeadModel, layer: int, windows: np.ndarray, batch: int = 64) -> tuple[Tensor, Tensor]:
-    """MLP inputs (after ``ln_2``) and outputs of block ``layer`` for every token, each (tokens, d)."""
+def mlp_io(model: nn.Module, layer: int, windows: np.ndarray) -> tuple[Tensor, Tensor]:
+    """MLP inputs (after the pre-MLP LayerNorm) and outputs of block ``layer`` for every token, each (tokens, d)."""
     ln, mlp = block_mlp(model, layer)
+    batch = max(1, IO_TOKENS // windows.shape[1])
     xs: list[Tensor] = []
     ys: list[Tensor] = []
     for i in range(0, len(windows), batch):
@@ -81,14 +90,14 @@ def mlp_io(model: GPT2LMHeadModel, layer: int, windows: np.ndarray, batch: int =
 
 
 @torch.no_grad()
-def mean_ce(model: GPT2LMHeadModel, windows: np.ndarray, modules: Mapping[nn.Module, Replace | None],
-            batch: int = 32) -> float:
-    """Mean next-byte cross-entropy (nats) over ``windows`` with module outputs replaced."""
-    total, count = 0.0, 0
+def mean_ce(model: nn.Module, windows: np.ndarray, modules: Mapping[nn.Module, Replace | None]) -> float:
+    """Mean next-token cross-entropy (nats) over ``windows`` with module outputs replaced."""
+    total, count, batch = 0.0, 0, max(1, CE_TOKENS // windows.shape[1])
     with replacing(modules):
         for i in range(0, len(windows), batch):
             ids = torch.from_numpy(windows[i:i + batch]).to(model.device)
             logits = model(ids).logits[:, :-1]
-            total += F.cross_entropy(logits.reshape(-1, 256), ids[:, 1:].reshape(-1), reduction="sum").item()
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                     reduction="sum").item()
             count += ids[:, 1:].numel()
     return total / count
