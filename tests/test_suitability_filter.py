@@ -233,3 +233,70 @@ def test_claims_are_pooled_over_seeds_and_exact() -> None:
     assert spread.loc["roc-auc", "seed min"] == min(per_seed) and spread.loc["roc-auc", "seed max"] == max(per_seed)
     table = sf.settings_table(res)
     assert {"m", "m' (adjusted)"} <= set(table.xs("id", level="user sets").index.get_level_values("margin rule"))
+
+
+def _official_results(root, seeds=(0,)) -> None:
+    """Tiny files in the official results/ layout: FMoW-like signals per model seed and user subsets."""
+    import pickle
+
+    rng = np.random.default_rng(5)
+    (root / "features").mkdir(parents=True)
+    (root / "split_indices").mkdir()
+
+    def split(n: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        z = rng.normal(0, scale, (n, 10))
+        p = np.exp(z - logsumexp(z, axis=1, keepdims=True)).max(axis=1)
+        return sf.signals(z).astype(np.float32), rng.random(n) < p  # correct with the model's confidence
+
+    for seed in seeds:
+        feats = {"id_val": split(300, 2.0), "id_test": split(300, 2.0), "val": split(200, 1.0), "test": split(200, 3.0)}
+        with (root / "features" / f"fmow_ERM_last_{seed}.pkl").open("wb") as f:
+            pickle.dump(feats, f)
+    ids = {("id_val", "{'year': [2010]}"): list(range(0, 300, 4)), ("id_test", "{'region': ['Asia']}"): list(range(60))}
+    ood = {("val", "{'year': [2013]}"): list(range(120)), ("test", "{'year': 2016}"): list(range(50, 200))}
+    for name, d in (("fmow_id.pkl", ids), ("fmow_ood.pkl", ood)):
+        with (root / "split_indices" / name).open("wb") as f:
+            pickle.dump(d, f)
+
+
+def test_wilds_pools_follow_the_official_protocol(tmp_path) -> None:
+    from companion.papers.suitability_filter import wilds
+
+    _official_results(tmp_path)
+    feats = wilds.load_features(wilds.features_file(tmp_path, "fmow", "ERM", 0))
+    subsets = wilds.load_subsets(wilds.split_files(tmp_path, "fmow"))
+    groups = wilds.pool_groups("fmow", feats, subsets)
+    # OOD subsets share the whole ID pool; each ID subset is removed from its own split's part of the pool
+    assert [u.kind for u in groups[0].users] == ["ood", "ood"] and len(groups[0].correct) == 600
+    assert [len(g.correct) for g in groups[1:]] == [600 - 75, 600 - 60]
+    u = groups[1].users[0]
+    np.testing.assert_array_equal(u.signals, feats["id_val"][0][0:300:4])
+    assert not (groups[1].signals[:, None, :] == u.signals[None]).all(axis=2).any()
+    f = wilds.folds(len(groups[1].correct), 15, np.random.default_rng(0))
+    assert f.shape == (15, 35) and len(np.unique(f)) == f.size
+
+
+def test_paper_preset_refuses_missing_official_files(tmp_path) -> None:
+    with pytest.raises(ParamError, match="data_path"):
+        sf.Params.resolve("paper", data_path=str(tmp_path / "nope"))
+    _official_results(tmp_path)
+    with pytest.raises(ParamError, match="fmow_ERM_last_1.pkl is missing"):
+        sf.Params.resolve("paper", data_path=str(tmp_path))
+    with pytest.raises(ParamError, match="rxrx1"):
+        sf.Params.resolve("paper", data_path=str(tmp_path), dataset="rxrx1", smoke=True)
+    assert sf.Params.resolve("paper", data_path=str(tmp_path), smoke=True).smoke
+
+
+@pytest.mark.slow
+def test_paper_preset_runs_through_the_cli_on_official_layout(tmp_path) -> None:
+    import json
+
+    from companion import cli
+
+    _official_results(tmp_path / "results")
+    assert cli.main(["run", "suitability-filter", "--preset", "paper", "-p", f"data_path={tmp_path / 'results'}",
+                     "-p", "smoke=true", "-p", "device=cpu", "--out", str(tmp_path / "run")]) == 0
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["status"] == "ok" and res["params"]["preset"] == "paper"
+    assert res["metrics"]["experiments-per-seed"] == 6 * 3  # 3 folds: 6 pairs; OOD pool (2 sets) + 1 ID set
+    assert len(res["claims"]) == len(sf.CLAIMS)
