@@ -306,3 +306,100 @@ def test_claim_kinds_every_seed_rows_and_cached_features_are_exact(tmp_path) -> 
     for cid in ("update-exact", "indefinite-regime", "few-negatives"):
         assert verdicts[cid].kind == "exact" and verdicts[cid].interval is None
     assert verdicts["update-exact"].value == res.mechanism["exact_err"].max()
+
+
+def _torchvision_world(root, stem: str = "cifar"):
+    """A random-init ResNet-18 in torchvision's layout (CIFAR or ImageNet stem, 3 classes), its state_dict
+    saved with torch.save, and generated images."""
+    from companion.papers.ood_dcc import tv_resnet
+
+    torch.manual_seed(0)
+    net = tv_resnet.ResNet("resnet18", 3, cifar_stem=stem == "cifar")
+    torch.save(net.state_dict(), root / "weights.pth")
+    _tiny_image_world(root)
+    return net.eval()
+
+
+def test_resnets_have_torchvisions_layout() -> None:
+    """Parameter counts are torchvision's published num_params; names and shapes are torchvision's."""
+    from companion.papers.ood_dcc import tv_resnet
+
+    counts = {"resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032}
+    for arch, n in counts.items():
+        net = tv_resnet.ResNet(arch)
+        assert sum(p.numel() for p in net.parameters()) == n, arch
+    sd = tv_resnet.ResNet("resnet50").state_dict()
+    assert sd["layer1.0.downsample.0.weight"].shape == (256, 64, 1, 1)
+    assert sd["layer4.2.conv3.weight"].shape == (2048, 512, 1, 1) and sd["fc.weight"].shape == (1000, 2048)
+    assert "layer2.0.downsample.1.num_batches_tracked" in sd and len(sd) == 320
+    assert len(tv_resnet.ResNet("resnet18").state_dict()) == 122
+    # the transforms: Resize(int) matches the shorter side, CenterCrop rounds its offsets
+    from PIL import Image
+
+    img = Image.new("RGB", (300, 200))
+    assert tv_resnet.resize(img, 256).size == (384, 256) and tv_resnet.center_crop(img, 100).size == (100, 100)
+
+
+def test_torchvision_extraction_writes_the_features_dir(tmp_path, capsys):
+    import json
+
+    from companion.papers.ood_dcc import extract
+
+    net = _torchvision_world(tmp_path)
+    args = ["--images", str(tmp_path / "images"), "--out", str(tmp_path / "f"), "--backbone", "resnet18",
+            "--weights", str(tmp_path / "weights.pth")]
+    assert extract.main(args) == 0
+    f = tmp_path / "f"
+    assert np.load(f / "train_feats.npy").shape == (90, 512) and np.load(f / "sun_logits.npy").shape == (12, 3)
+    assert np.array_equal(np.load(f / "train_labels.npy"), np.repeat(np.arange(3), 30))
+    W, b = np.load(f / "head_W.npy"), np.load(f / "head_b.npy")
+    np.testing.assert_allclose(W, net.fc.weight.detach().double().numpy())
+    # the features are the pooled input of fc: the head reproduces the logits, and post-ReLU pooling is >= 0
+    feats = np.load(f / "test_feats.npy")
+    np.testing.assert_allclose(feats @ W.T + b, np.load(f / "test_logits.npy"), atol=1e-4)
+    assert feats.min() >= 0
+    # one image through the network by hand: the official CIFAR-10 transform (32 x 32, official mean and std)
+    from PIL import Image
+
+    first = sorted((tmp_path / "images" / "test" / "class0").iterdir())[0]
+    x = extract.transform("cifar10", Image.open(first).convert("RGB"))
+    assert x.shape == (3, 32, 32)
+    with torch.no_grad():
+        np.testing.assert_allclose(net(x[None]).double().numpy()[0], np.load(f / "test_logits.npy")[0], atol=1e-4)
+    meta = json.loads((f / "extract.json").read_text())
+    assert meta["dataset"] == "cifar10" and meta["feature_dim"] == 512 and meta["images"]["train"] == 90
+    # CIFAR-10's KNN k = 50 at 50,000 training images, scaled to the 90 present; r and ViM: D / 2 (ours)
+    assert meta["params"] == {"residual_frac": 0.5, "vim_pdim_frac": 0.5, "knn_k": 1}
+    assert "knn_k=1" in capsys.readouterr().out
+    assert extract.main([*args[:-1], str(tmp_path / "missing.pth")]) == 2
+
+
+def test_extraction_settings_follow_the_official_scripts() -> None:
+    from companion.papers.ood_dcc import extract
+
+    full = extract.settings("imagenet", 2048, 1_281_167)  # ImageNet ResNet-50: r = 512, ViM 1000, k = 1000
+    assert (full.residual_dim, full.vim_pdim, full.knn_k) == (512, 1000, 1000)
+    assert full.params(2048) == {"residual_frac": 0.25, "vim_pdim_frac": 0.4883, "knn_k": 1000}
+    assert extract.settings("imagenet", 2048, 128_117).knn_k == 100  # k scales with the training fraction
+    assert extract.settings("cifar100", 512, 50_000).knn_k == 200
+    from PIL import Image
+
+    assert extract.transform("imagenet", Image.new("RGB", (300, 260))).shape == (3, 224, 224)
+
+
+@pytest.mark.slow
+def test_paper_preset_runs_on_torchvision_features(tmp_path) -> None:
+    import json
+
+    from companion import cli
+    from companion.papers.ood_dcc import extract
+
+    _torchvision_world(tmp_path, stem="imagenet")
+    assert extract.main(["--images", str(tmp_path / "images"), "--out", str(tmp_path / "f"), "--backbone",
+                         "resnet18", "--weights", str(tmp_path / "weights.pth")]) == 0  # 7x7 stem on 32 x 32
+    meta = json.loads((tmp_path / "f" / "extract.json").read_text())
+    flags = [x for k, v in meta["params"].items() for x in ("-p", f"{k}={v}")]
+    assert cli.main(["run", "ood-dcc", "--preset", "paper", "-p", f"features_dir={tmp_path / 'f'}",
+                     "-p", "ood_sets=textures,sun", *flags, "-p", "device=cpu", "--out", str(tmp_path / "run")]) == 0
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["status"] == "ok" and res["params"]["residual_frac"] == 0.5

@@ -33,7 +33,7 @@ from sklearn.covariance import EmpiricalCovariance
 from companion import claims, runtime
 from companion.claims import Claim, Verdict
 from companion.papers.ood_dcc import digits_ood
-from companion.models.mlp import extract, train_mlp
+from companion.models.mlp import extract as mlp_features, train_mlp  # not `extract`: that is the extraction module
 from companion.params import BaseParams, ParamError, local_default, param, require_path, resolve_path
 from companion.plotting import figure, mean_sd_line
 
@@ -236,14 +236,14 @@ def digits_bank(params: Params, seed: int) -> Bank:
     oods = digits_ood.ood_sets(split, params.ood_sets, rng)
     model = train_mlp(split.x_train / 16.0, split.y_train, (64, params.hidden, params.feat_dim),
                       params.id_classes, tg, epochs=params.epochs)
-    test = extract(model, split.x_test / 16.0)
+    test = mlp_features(model, split.x_test / 16.0)
     n_rot = int(round(0.05 * len(split.x_train)))
     rot_idx = rng.choice(len(split.x_train), n_rot, replace=False)
-    rot = extract(model, digits_ood.rot90(split.x_train[rot_idx]) / 16.0)
+    rot = mlp_features(model, digits_ood.rot90(split.x_train[rot_idx]) / 16.0)
     W = model.head.weight.detach().double().numpy()
     b = model.head.bias.detach().double().numpy()
-    return Bank(extract(model, split.x_train / 16.0), split.y_train, test,
-                {k: extract(model, x / 16.0) for k, x in oods.items()}, W, b,
+    return Bank(mlp_features(model, split.x_train / 16.0), split.y_train, test,
+                {k: mlp_features(model, x / 16.0) for k, x in oods.items()}, W, b,
                 float((test[0].argmax(1) == split.y_test).mean()),
                 (rot[0], rot[1], split.y_train[rot_idx]))
 

@@ -1,0 +1,190 @@
+"""Feature extraction with a torchvision ResNet checkpoint for the ``paper`` preset of ood-dcc.
+
+``python -m companion.papers.ood_dcc.extract --images DIR --out FEATURES_DIR --backbone resnet18
+--weights LOCAL.pth`` writes the ``features_dir`` that the ``paper`` preset reads (the layout of
+:mod:`.extract_features`): ``<set>_feats.npy`` (n, D) and ``<set>_logits.npy`` (n, C) for ``train``,
+``test`` and every OOD set, ``train_labels.npy``, ``head_W.npy`` (C, D), ``head_b.npy`` (C,), and
+``extract.json`` (backbone, data set, weights hash, image counts and the scorer settings).
+``--weights`` is a ``state_dict`` of ``torchvision.models.resnet18/34/50`` (``torch.save``); it is
+loaded into :mod:`.tv_resnet`, the same network under the same names (torchvision itself does not
+install next to this project's CPU build of torch).
+
+Follows the official code (``workerbcd/ooddcc``): the penultimate feature is the pooled input of
+the final linear layer ``fc``; the test transforms are the official ones (CIFAR: 32 x 32 with the
+official per-data-set mean and std; ImageNet: resize 256, centre crop 224, ImageNet mean and std);
+ImageNet ResNet-50 uses r = 512, ViM's principal dimension 1000 and KNN k = 1000, CIFAR-10 KNN
+k = 50 and CIFAR-100 k = 200, each k scaled by the fraction of the training set present, as the
+official scorer does. Ours: the official CIFAR networks are DenseNet-100 and WRN-40-2 (their own
+code, not torchvision); for a torchvision ResNet-18/34 trained on CIFAR the residual dimension
+(r = D/2) and ViM's principal dimension (D/2) are our choices, not the paper's. A CIFAR ResNet's
+3 x 3 stride-1 stem without max-pooling is recognised from the weights (``conv1`` of 3 x 3).
+
+Image layout: ``DIR/train/<class>/*.png``, ``DIR/test/<class>/*.png`` (the same class folders,
+sorted order = label) and ``DIR/ood/<set>/*.png`` (PNG or JPEG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor, nn
+
+from companion.papers.ood_dcc import tv_resnet
+from companion.papers.ood_dcc.extract_features import labelled_images, list_images
+
+BACKBONES = tuple(tv_resnet.LAYERS)
+# official test-time statistics (dataset/transforms.py of the official code)
+STATS = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    "cifar100": ((0.507, 0.487, 0.441), (0.267, 0.256, 0.276)),
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+# KNN k of the official scripts at the full training set, and that set's size
+KNN_FULL = {"cifar10": (50, 50_000), "cifar100": (200, 50_000), "imagenet": (1000, 1_281_167)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The paper's per-backbone settings: data set, input transform and scorer dimensions."""
+
+    dataset: str
+    residual_dim: int
+    vim_pdim: int
+    knn_k: int
+
+    def params(self, D: int) -> dict[str, float | int]:
+        """The ood-dcc parameters (``-p`` values) that reproduce these settings at feature size D."""
+        return {"residual_frac": round(self.residual_dim / D, 4), "vim_pdim_frac": round(self.vim_pdim / D, 4),
+                "knn_k": self.knn_k}
+
+
+def settings(dataset: str, D: int, n_train: int) -> Settings:
+    """Scorer settings on ``dataset`` for feature size D (2048: ImageNet ResNet-50) and ``n_train`` ID images."""
+    k_full, n_full = KNN_FULL[dataset]
+    k = max(1, min(n_train, round(k_full * n_train / n_full)))
+    if dataset == "imagenet" and D >= 2048:  # the official ImageNet setting (ResNet-50)
+        return Settings(dataset, 512, 1000, k)
+    return Settings(dataset, D // 2, D // 2, k)  # ours, see the module docstring
+
+
+def build(backbone: str, state: dict[str, Tensor]) -> nn.Module:
+    """The ResNet whose shape (stem, classes) matches ``state``, with those weights loaded (strict)."""
+    cifar = state["conv1.weight"].shape[-1] == 3  # CIFAR stem: 3x3 stride 1, no max-pooling
+    net = tv_resnet.ResNet(backbone, int(state["fc.weight"].shape[0]), cifar_stem=cifar)
+    net.load_state_dict(state)
+    return net.eval()
+
+
+def load_state(path: Path) -> dict[str, Tensor]:
+    """A state_dict saved with ``torch.save`` (a bare dict, or under 'state_dict'; 'module.' prefixes dropped)."""
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    state = obj.get("state_dict", obj) if isinstance(obj, dict) else obj
+    return {k.removeprefix("module."): v for k, v in state.items()}
+
+
+def transform(dataset: str, img: Image.Image) -> Tensor:
+    """The official test-time transform of ``dataset``: an RGB PIL image to a normalised (3, H, W) tensor."""
+    if dataset.startswith("cifar"):
+        img = tv_resnet.resize(img, (32, 32))
+    else:
+        img = tv_resnet.center_crop(tv_resnet.resize(img, 256), 224)
+    return tv_resnet.to_normalised_tensor(img, *STATS[dataset])
+
+
+def features_and_logits(net: nn.Module, paths: list[Path], dataset: str, batch: int, device: str
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Penultimate features (the input of ``fc``) and logits, float64, for the images at ``paths``."""
+    captured: list[Tensor] = []
+    hook = net.fc.register_forward_hook(lambda _m, args, _out: captured.append(args[0].detach()))
+    feats, logits = [], []
+    try:
+        with torch.no_grad():
+            for start in range(0, len(paths), batch):
+                xs = []
+                for p in paths[start:start + batch]:
+                    with Image.open(p) as img:
+                        xs.append(transform(dataset, img.convert("RGB")))
+                out = net(torch.stack(xs).to(device))
+                feats.append(captured.pop().flatten(1).double().cpu().numpy())
+                logits.append(out.double().cpu().numpy())
+    finally:
+        hook.remove()
+    return np.concatenate(feats), np.concatenate(logits)
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(2**20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def extract(images: Path, out: Path, backbone: str, weights: Path, dataset: str, batch: int = 128,
+            device: str = "cpu") -> dict:
+    """Write the features of every set into ``out``; return the summary also written as ``extract.json``."""
+    net = build(backbone, load_state(weights)).to(device)
+    train_paths, train_labels, classes = labelled_images(images / "train")
+    test_paths, _, test_classes = labelled_images(images / "test")
+    if test_classes != classes:
+        raise ValueError(f"test classes {test_classes} differ from train classes {classes}")
+    if len(classes) != net.fc.out_features:
+        raise ValueError(f"{len(classes)} class folders but the weights have {net.fc.out_features} classes")
+    sets = {"train": train_paths, "test": test_paths}
+    sets |= {p.name: list_images(p) for p in sorted((images / "ood").iterdir()) if p.is_dir()}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, paths in sets.items():
+        feats, logits = features_and_logits(net, paths, dataset, batch, device)
+        np.save(out / f"{name}_feats.npy", feats)
+        np.save(out / f"{name}_logits.npy", logits)
+    np.save(out / "train_labels.npy", train_labels)
+    np.save(out / "head_W.npy", net.fc.weight.detach().double().cpu().numpy())
+    np.save(out / "head_b.npy", net.fc.bias.detach().double().cpu().numpy())
+    D = net.fc.in_features
+    s = settings(dataset, D, len(train_paths))
+    summary = {"backbone": backbone, "dataset": dataset, "weights_sha256": sha256(weights), "feature_dim": D,
+               "classes": classes, "images": {k: len(v) for k, v in sets.items()}, "params": s.params(D)}
+    (out / "extract.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (see the module docstring); exit 2 when an input is missing."""
+    ap = argparse.ArgumentParser(prog="python -m companion.papers.ood_dcc.extract",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=Path, required=True, help="DIR with train/<class>/, test/<class>/, ood/<set>/")
+    ap.add_argument("--out", type=Path, required=True, help="the features_dir to write")
+    ap.add_argument("--backbone", choices=BACKBONES, required=True)
+    ap.add_argument("--weights", type=Path, required=True, help="a torchvision ResNet state_dict (torch.save)")
+    ap.add_argument("--dataset", choices=tuple(STATS), help="ID data set (default: imagenet for resnet50, "
+                    "else cifar10); sets the transform and the KNN k")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    args = ap.parse_args(argv)
+    for path, what in ((args.weights, "a state_dict file (torch.save)"), (args.images / "train", "DIR/train/<class>/"),
+                       (args.images / "test", "DIR/test/<class>/"), (args.images / "ood", "DIR/ood/<set>/")):
+        if not path.exists():
+            print(f"extract: error: {path} is missing; expected {what}", file=sys.stderr)
+            return 2
+    dataset = args.dataset or ("imagenet" if args.backbone == "resnet50" else "cifar10")
+    summary = extract(args.images, args.out, args.backbone, args.weights, dataset, args.batch, args.device)
+    for name, n in summary["images"].items():
+        print(f"{name}: {n} images")
+    ood = ",".join(k for k in summary["images"] if k not in ("train", "test"))
+    flags = " ".join(f"-p {k}={v}" for k, v in summary["params"].items())
+    print(f"features in {args.out}; run: companion run ood-dcc --preset paper -p features_dir={args.out} "
+          f"-p ood_sets={ood} {flags}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
