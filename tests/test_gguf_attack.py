@@ -64,7 +64,7 @@ def _varied() -> dict[str, np.ndarray]:
             "huge": np.clip(gauss[:4] * np.float32(2e5), -6e4, 6e4), "one-row": gauss[:1, :256],
             "wide": (rng.standard_normal((2, 4608)) * 0.01).astype(np.float32),
             "sparse": gauss * (rng.random(gauss.shape) < 0.1),  # zeros of both signs
-            "large": (rng.standard_normal((256, 1024)) * 0.02).astype(np.float32)}
+            "large": (rng.standard_normal((300, 1024)) * 0.02).astype(np.float32)}  # two chunks
 
 
 @pytest.mark.parametrize("qtype", gq.TYPES)

@@ -30,8 +30,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFWriter
 F32 = np.float32
 EPS = F32(1e-15)  # GROUP_MAX_EPS in ggml-quants.c
 MAGIC = F32(12582912.0)  # 1.5 * 2**23, the constant of nearest_int
-NI_LIMIT = 4194303.0  # nearest_int equals plain rounding up to this bound (its assert); past it, wrapped bits
-CHUNK = 1 << 16  # weights quantized per pass: the [n, sub-blocks] temporaries stay in the CPU cache
+NI_SAFE = F32(4194303.0 / 1.01)  # nearest_int is plain rounding up to 4194303 (its assert); past it, wrapped bits
+CHUNK = 1 << 18  # weights per pass: few numpy calls per weight, temporaries of 1 MB that stay in cache
 SUB_BLOCK = {"Q2_K": 16, "Q3_K": 16, "Q4_K": 32, "Q5_K": 32, "Q6_K": 16, "Q8_0": 32, "Q4_0": 32}
 K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 LEGACY_TYPES = ("Q8_0", "Q4_0")
@@ -81,81 +81,85 @@ def fp16(x: np.ndarray) -> np.ndarray:
 
 
 def _seqsum(terms: np.ndarray, from_zero: bool = True) -> np.ndarray:
-    """Sequential float32 sum over the first axis, as C's loop: ``0 + t0 + t1 + ...`` (or ``t0 + t1 + ...``)."""
-    acc = np.zeros(terms.shape[1:], F32) + terms[0] if from_zero else terms[0].astype(F32)
-    for t in terms[1:]:
-        acc += t
-    return acc
+    """Sequential float32 sum over the first axis, as C's loop: ``0 + t0 + t1 + ...`` (or ``t0 + t1 + ...``).
 
-
-def _grid(x: np.ndarray, lo: np.ndarray, iscale: np.ndarray, nmax: int, bound: np.ndarray) -> np.ndarray:
-    """``clamp(nearest_int(iscale * (x - lo)), 0, nmax)`` on [n, S] columns, as float32.
-
-    ``bound`` [S] bounds ``|x - lo|``; where ``|iscale| * bound`` may pass nearest_int's range the exact
-    bit trick is used (C gets wrapped values there), else the faster float rounding, equal to it inside.
+    numpy reduces a non-contiguous axis row after row (pairwise summation is only for the contiguous axis).
     """
-    f = x - lo
-    f *= iscale
-    if not np.all(np.abs(iscale.astype(np.float64)) * bound * 1.001 <= NI_LIMIT):
-        return np.clip(nearest_int(f), 0, nmax).astype(F32)
-    f += MAGIC
-    f -= MAGIC
-    np.maximum(f, F32(0), out=f)
-    return np.minimum(f, F32(nmax), out=f)
+    terms = np.asarray(terms, dtype=F32)
+    return np.add.reduce(terms, axis=0, initial=F32(0)) if from_zero else np.add.reduce(terms, axis=0)
+
+
+def _grid(x: np.ndarray, lo: np.ndarray, iscale: np.ndarray, nmax: int, bound: np.ndarray,
+          out: np.ndarray) -> np.ndarray:
+    """``clamp(nearest_int(iscale * (x - lo)), 0, nmax)`` on [n, S] columns, as float32, into ``out``.
+
+    ``bound`` [S] bounds ``|x - lo|``: where ``|iscale| * bound`` may pass nearest_int's range the exact
+    bit trick is used (C gets wrapped values there), else ``rint``, equal to it inside (half to even).
+    """
+    np.subtract(x, lo, out=out)
+    out *= iscale
+    if np.all(np.abs(iscale) * bound <= NI_SAFE):
+        np.rint(out, out=out)
+    else:
+        out[...] = nearest_int(out)
+    return np.clip(out, F32(0), F32(nmax), out=out)
 
 
 def _weighted_error(x: np.ndarray, w: np.ndarray, scale: np.ndarray, the_min: np.ndarray, L: np.ndarray,
-                    use_mad: bool) -> np.ndarray:
-    """C's ``sum w * |scale * L + min - x|`` (or squared), in loop order; [n, S] -> [S]."""
-    diff = L * scale
-    diff += the_min
-    diff -= x
+                    use_mad: bool, tmp: np.ndarray) -> np.ndarray:
+    """C's ``sum w * |scale * L + min - x|`` (or squared), in loop order; [n, S] -> [S] (``tmp``: scratch)."""
+    np.multiply(L, scale, out=tmp)
+    tmp += the_min
+    tmp -= x
     if use_mad:
-        np.abs(diff, out=diff)
+        np.abs(tmp, out=tmp)
     else:
-        diff *= diff
-    diff *= w
-    return _seqsum(diff)
+        tmp *= tmp
+    tmp *= w
+    return _seqsum(tmp)
 
 
 def _qkx2(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int,
           use_mad: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``make_qkx2_quants`` on columns: x, w [n, S] -> (scale [S], min >= 0 [S], L [n, S] float32).
 
-    As in C, an accepted candidate replaces ``min``, and later candidates grid from that min.
+    As in C, an accepted candidate replaces ``min``, and later candidates grid from that min. The codes
+    of the best candidate are recomputed once at the end from its (min, iscale), the same float ops.
     """
     lo = np.minimum(x.min(axis=0), F32(0))
     hi = x.max(axis=0)
     flat = hi == lo
     sum_w, sum_x = _seqsum(w, from_zero=False), _seqsum(w * x, from_zero=False)
-    x_lo = x.min(axis=0).astype(np.float64)
+    x_lo = x.min(axis=0)
+    La, wl, tmp = np.empty_like(x), np.empty_like(x), np.empty_like(x)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         the_min = lo.copy()
         iscale = F32(nmax) / np.where(flat, F32(1), hi - lo)
         scale = F32(1) / iscale
-        span = (hi - lo).astype(np.float64)
-        L = _grid(x, the_min, iscale, nmax, span)
-        best = _weighted_error(x, w, scale, the_min, L, use_mad)
+        grid_min, grid_iscale = the_min, iscale  # what the kept codes were gridded with
+        _grid(x, the_min, iscale, nmax, hi - lo, La)
+        best = _weighted_error(x, w, scale, the_min, La, use_mad, tmp)
         for step in range(nstep + 1):
             iscale = (F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / (hi - the_min)
-            bound = np.maximum(np.abs(hi - the_min.astype(np.float64)), np.abs(x_lo - the_min))
-            La = _grid(x, the_min, iscale, nmax, bound)
-            wl = w * La
-            s_l, s_l2, s_xl = _seqsum(wl), _seqsum(wl * La), _seqsum(wl * x)
+            _grid(x, the_min, iscale, nmax, np.maximum(np.abs(hi - the_min), np.abs(x_lo - the_min)), La)
+            np.multiply(w, La, out=wl)
+            s_l = _seqsum(wl)
+            s_l2 = _seqsum(np.multiply(wl, La, out=tmp))
+            s_xl = _seqsum(np.multiply(wl, x, out=tmp))
             D = sum_w * s_l2 - s_l * s_l
             this_scale = (sum_w * s_xl - sum_x * s_l) / D
             this_min = (s_l2 * sum_x - s_l * s_xl) / D
             pos = this_min > 0
             this_min[pos] = 0
             this_scale = np.where(pos, s_xl / s_l2, this_scale)
-            take = (D > 0) & ~flat
-            err = _weighted_error(x, w, this_scale, this_min, La, use_mad)
-            take &= err < best
-            if take.any():
-                np.copyto(L, La, where=take)
-                best = np.where(take, err, best)
-                scale = np.where(take, this_scale, scale)
-                the_min = np.where(take, this_min, the_min)
+            err = _weighted_error(x, w, this_scale, this_min, La, use_mad, tmp)
+            take = (D > 0) & ~flat & (err < best)
+            grid_min, grid_iscale = np.where(take, the_min, grid_min), np.where(take, iscale, grid_iscale)
+            best = np.where(take, err, best)
+            scale = np.where(take, this_scale, scale)
+            the_min = np.where(take, this_min, the_min)
+        bound = np.maximum(np.abs(hi - grid_min), np.abs(x_lo - grid_min))
+        L = _grid(x, grid_min, grid_iscale, nmax, bound, La)
     L[:, flat] = 0
     return np.where(flat, F32(0), scale).astype(F32), (-the_min).astype(F32), L
 
