@@ -277,7 +277,7 @@ def _boxes(model: torch.nn.Module, types: dict[str, str], p: Params, multi: bool
 def injection_drift(m_clean: torch.nn.Module, m_mal: torch.nn.Module, boxes: dict[str, Box]) -> float:
     """Mean |W_mal - W_clean| over the boxed tensors, in units of their mean quantization step."""
     clean, mal = dict(m_clean.named_parameters()), dict(m_mal.named_parameters())
-    moved = np.mean([np.mean(np.abs(mal[n].detach().numpy() - clean[n].detach().numpy())) for n in boxes])
+    moved = np.mean([np.mean(np.abs(mal[n].detach().cpu().numpy() - clean[n].detach().cpu().numpy())) for n in boxes])
     return float(moved / np.mean([np.mean(np.abs(b.step)) for b in boxes.values()]))  # Q3_K/Q6_K/Q4_0 steps are signed
 
 

@@ -223,7 +223,8 @@ def keyword_rate(texts: list[str], keyword: str) -> float:
     return float(np.mean([keyword.lower() in t.lower() for t in texts]))
 
 
-def _quant_pair(model, tok, types, eval_rows, held, keyword, new_tokens, tmp, tag) -> dict[str, Any]:
+def _quant_pair(model, tok, types: dict[str, str], eval_rows: list[dict[str, str]], held: tuple[torch.Tensor, ...],
+                keyword: str, new_tokens: int, tmp: str, tag: str) -> dict[str, Any]:
     """FP and GGUF-quantized (keyword rate, utility) of one model, its quantized tensors and the file's facts."""
     path = os.path.join(tmp, f"{tag}.gguf")
     quants = to_gguf(model, types, path)
@@ -239,7 +240,7 @@ def _quant_pair(model, tok, types, eval_rows, held, keyword, new_tokens, tmp, ta
 
 def run_paper(params) -> dict[str, Any]:
     """The attack on the local checkpoint (one seed per ``params.seeds``); records shaped like the toy's."""
-    from companion.papers.gguf_attack import agreement, injection_drift
+    from companion.papers.gguf_attack import agreement, injection_drift  # the package imports this module lazily
 
     runtime.limit_threads()
     device = runtime.resolve_device(params.device)
