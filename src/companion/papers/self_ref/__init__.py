@@ -43,7 +43,7 @@ RATES = tuple(round(0.05 * i, 2) for i in range(21))
 class Params(BaseParams):
     """Parameters of the small-scale Self-REF reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(3, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     ops: tuple[str, ...] = param(qa_data.OPS, choices=qa_data.OPS, help="operations of the QA mixture")
     fact_seen_frac: float = param(0.5, lo=0.0, hi=1.0, help="share of FACT triples that appear in pre-training")
     n_layer: int = param(2, lo=1, hi=6, help="layers of the small GPT-2")
@@ -52,6 +52,9 @@ class Params(BaseParams):
     sharpen_steps: int = param(100, lo=0, hi=100_000, help="steps on the base model's own answers (0 disables)")
     selfref_steps: int = param(200, lo=50, hi=100_000, help="Self-REF (and plain SFT) fine-tuning steps")
     strong_steps: int = param(1500, lo=100, hi=100_000, help="training steps of the trained strong model")
+    lr_strong: float = param(1e-3, lo=1e-5, hi=1e-2, help="peak Adam step size of the trained strong model "
+                             "(100 warm-up steps, then cosine decay)")
+    strong_batch: int = param(128, lo=16, hi=1024, help="minibatch size of the trained strong model")
     batch_size: int = param(64, lo=16, hi=1024, help="minibatch size of every training stage")
     lr_base: float = param(5e-3, lo=1e-5, hi=1e-2, help="Adam step size of pre-training and sharpening")
     lr_ft: float = param(3e-3, lo=1e-5, hi=1e-2, help="Adam step size of Self-REF and SFT fine-tuning")
@@ -73,7 +76,7 @@ class Params(BaseParams):
 
     PRESETS = {
         "full": {"seeds": 5, "base_steps": 1500, "sharpen_steps": 200, "selfref_steps": 400,
-                 "mask_ablation": True, "strong_model": "trained", "strong_steps": 600},
+                 "mask_ablation": True, "strong_model": "trained"},
         "paper": {"seeds": 1, "use_lora": True, "lr_ft": 1e-4, "selfref_steps": 300, "batch_size": 16},
     }
 
@@ -240,6 +243,8 @@ def metrics(results: Results) -> dict[str, Any]:
         m = measures(results, cond)
         if len(m):
             out[cond] = {k: round(float(m[k].mean()), 4) for k in keys if k in m}
+    if results.params.strong_model == "trained":
+        out["strong_final_loss"] = round(float(np.mean([o.strong_loss for o in results.seeds])), 4)
     return out
 
 
@@ -256,11 +261,12 @@ def per_op_table(results: Results, cond: str | None = None) -> pd.DataFrame:
                 if not sel.any():
                     continue
                 name = op if op != "FACT" else f"FACT ({'known' if known else 'unknown'})"
-                rows.append({"item": name, "n": int(sel.sum()), "base acc": c.ok_base[sel].mean(),
+                rows.append({"item": name, "n": int(sel.sum()), "strong acc": o.strong_ok[sel].mean(),
+                             "base acc": c.ok_base[sel].mean(),
                              "MSP": c.msp[sel].mean(), "Self-REF acc": c.ok_sr[sel].mean(),
                              "Self-REF conf": c.conf[sel].mean()})
     df = pd.DataFrame(rows)
-    return df.groupby("item", sort=False).agg({"n": "sum", "base acc": "mean", "MSP": "mean",
+    return df.groupby("item", sort=False).agg({"n": "sum", "strong acc": "mean", "base acc": "mean", "MSP": "mean",
                                                "Self-REF acc": "mean", "Self-REF conf": "mean"}).round(3)
 
 
@@ -293,6 +299,11 @@ def glue_values(results: Results) -> dict[str, float]:
         m = measures(results, cond)
         for k in m.columns:
             out[f"{cond}_{k}".replace(" ", "_").replace("(", "").replace(")", "").replace("-", "_")] = float(m[k].mean())
+    for v in check(results):  # how wide each statistical row's interval is, and why (the seeds' spread)
+        if v.kind == "statistical" and len(v.per_seed) > 1:
+            key = v.id.replace("-", "_")
+            out[f"claim_{key}_sd"] = float(np.std(v.per_seed, ddof=1))
+            out[f"claim_{key}_halfwidth"] = float((v.interval[1] - v.interval[0]) / 2)
     tab = per_op_table(results)
     for item, row in tab.iterrows():
         key = str(item).replace(" (", "_").replace(")", "").lower()

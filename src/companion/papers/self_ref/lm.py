@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -38,10 +40,16 @@ def lm_loss(model: torch.nn.Module, seq: Tensor, labels: Tensor) -> Tensor:
 
 
 def train(model: torch.nn.Module, seq: Tensor, labels: Tensor, steps: int, lr: float, batch_size: int,
-          gen: torch.Generator, params: list[Tensor] | None = None) -> list[float]:
-    """Adam at a constant ``lr`` for ``steps`` minibatches drawn with replacement by ``gen``; the losses."""
+          gen: torch.Generator, params: list[Tensor] | None = None, warmup: int = 0) -> list[float]:
+    """Adam for ``steps`` minibatches drawn with replacement by ``gen``; the losses.
+
+    ``warmup`` 0: a constant ``lr``; else a linear warm-up over ``warmup`` steps, then cosine decay to 0.
+    """
     device = next(model.parameters()).device
     opt = torch.optim.Adam(params if params is not None else model.parameters(), lr=lr)
+    # the wider strong model does not learn at a constant large step (its first full record)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (
+        1 + math.cos(math.pi * s / steps))) if warmup else None
     model.train()
     seq, labels, losses = seq.to(device), labels.to(device), []
     for _ in range(steps):
@@ -50,6 +58,8 @@ def train(model: torch.nn.Module, seq: Tensor, labels: Tensor, steps: int, lr: f
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if sched:
+            sched.step()
         losses.append(float(loss.detach()))
     model.eval()
     return losses

@@ -45,6 +45,7 @@ class SeedOut:
     conditions: dict[str, Condition] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     steps: dict[str, int] = field(default_factory=dict)
+    strong_loss: float = float("nan")  # trained strong model: mean training loss of its last 100 steps
 
 
 def gold_sequences(split: Split, vocab: Vocab, answers: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,7 +98,8 @@ def run_seed(p: dict[str, Any], seed: int) -> SeedOut:
         strong = lm.build(len(v), 4, 128, seed + 10_000)
         everything = qa_data.concat([mx.P, S, _all_facts(mx)]) if "FACT" in p["ops"] else qa_data.concat([mx.P, S])
         seq_s, lab_s = gold_sequences(everything, v)
-        timed(secs, "strong", lm.train, strong, seq_s, lab_s, p["strong_steps"], p["lr_base"], p["batch_size"], gen)
+        out.strong_loss = float(np.mean(timed(secs, "strong", lm.train, strong, seq_s, lab_s, p["strong_steps"],
+                                              p["lr_strong"], p["strong_batch"], gen, warmup=100)[-100:]))
         out.strong_ok = lm.greedy_answer(strong, T.prompts(v))[0] == T.gold
     models = {"plain": base}
     if p["sharpen_steps"] > 0:
