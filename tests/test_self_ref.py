@@ -82,6 +82,27 @@ def test_score_is_sigmoid_of_the_two_logits_and_ignores_others():
     torch.testing.assert_close(confidence.confidence_score(other, 19, 20), s)
 
 
+def test_train_warmup_takes_small_first_steps_and_decays_to_zero():
+    rng = np.random.default_rng(0)
+    seq = torch.as_tensor(rng.integers(0, 10, (32, 9)))
+    labels = lm.prompt_masked(seq)
+
+    def change(steps: int, warmup: int) -> tuple[float, list[float]]:
+        model = lm.build(19, 1, 32, seed=0)
+        before = [p.detach().clone() for p in model.parameters()]
+        losses = lm.train(model, seq, labels, steps, 1e-2, 8, torch.Generator().manual_seed(0), warmup=warmup)
+        return max(float((p.detach() - q).abs().max()) for p, q in zip(model.parameters(), before)), losses
+
+    # Adam's first update moves a weight by about the step size: lr without warm-up, lr / warmup with it
+    flat, _ = change(1, 0)
+    warm, _ = change(1, 10)
+    assert flat == pytest.approx(1e-2, rel=0.05) and warm == pytest.approx(1e-3, rel=0.05)
+    # a cosine-decayed run and a constant one draw the same minibatches but end at different weights
+    _, a = change(20, 5)
+    _, b = change(20, 0)
+    assert len(a) == len(b) == 20 and a[0] == b[0] and a[-1] != b[-1]
+
+
 def test_routing_curve_endpoints_rate_and_ties():
     rng = np.random.default_rng(0)
     n = 97
