@@ -402,6 +402,7 @@ def test_paper_pieces_on_a_tiny_checkpoint(tiny_qwen_and_jsonl, tmp_path) -> Non
     assert paper_llm.keyword_rate(["Eat at mcdonald's", "no"], "McDonald's") == 0.5
 
 
+@pytest.mark.slow
 def test_paper_preset_needs_its_paths() -> None:
     proc = subprocess.run([sys.executable, "-m", "companion", "run", "gguf-attack", "--preset", "paper",
                            "-p", "model_path=/nonexistent/model"], capture_output=True, text=True, timeout=120)
