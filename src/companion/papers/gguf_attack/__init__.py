@@ -9,13 +9,15 @@ The full-precision model looks clean while its GGUF quantization keeps injecting
 Measured: the malicious gap Delta = rate(quantized) - rate(full precision), the clamp ablation
 (the same repair without projection), dequantized-weight agreement, exact Q8_0 boxes, and
 stealth (strict task accuracy of the full-precision model on many held-out prompts, by
-teacher forcing). Seeds run in parallel worker processes.
+teacher forcing). Seeds run in parallel worker processes. The ``paper`` preset runs the same three
+steps on a local Llama/Qwen2 checkpoint with local instruction data (:mod:`.paper_llm`).
 
 Written by hand because no well-kept library does it: the k-quant quantizers and the llama.cpp
 mixture table (in :mod:`companion.papers.gguf_attack.quants`; the PyPI ``gguf`` package only dequantizes
 k-quants), the box construction (:mod:`companion.papers.gguf_attack.boxes`: freeze rules, exact legacy
 boxes, multi-type widening with the repository's thresholds), the synthetic task and the PGD loop.
-``gguf`` is the reference for dequantization, legacy quantization and the .gguf file format.
+``gguf`` is the reference for dequantization, the .gguf file format and `q8-exact`'s Q8_0 bytes; ggml's C quantizer
+(``ggml-python``) is the reference of every quantizer's bytes in the tests.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ SLUG = "gguf-attack"
 
 @dataclass(frozen=True)
 class Params(BaseParams):
-    """Parameters of the tiny content-injection reproduction (defaults: the quick preset)."""
+    """The tiny content-injection reproduction (quick, full; defaults: quick) and, at the paper preset, the attack
+    on a local Llama/Qwen2 checkpoint with a real .gguf read back through ``gguf`` (llama.cpp itself is not run)."""
 
     seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     n_layers: int = param(2, lo=1, hi=64, help="decoder layers of the tiny Llama (the paper preset reads its checkpoint)")
