@@ -47,10 +47,10 @@ BASELINES = ("uniform", "sft_layer", "sft_full", "dir_ablation")
 class Params(BaseParams):
     """Parameters of the small-scale ACTOR reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(5, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(3, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     n_layer: int = param(3, lo=2, hi=6, help="blocks of the tiny GPT-2")
     d_model: int = param(64, lo=32, hi=256, help="width of the tiny GPT-2 (4 heads)")
-    base_steps: int = param(250, lo=200, hi=3000, help="AdamW steps (batch 128, lr 3e-3) of the over-aligned base model")
+    base_steps: int = param(400, lo=200, hi=3000, help="AdamW steps (batch 128, lr 3e-3) of the over-aligned base model")
     n_base_benign: int = param(3000, lo=300, hi=100_000, help="benign -> comply examples of the base model")
     n_base_harm: int = param(1500, lo=300, hi=100_000, help="harmful -> refuse examples of the base model")
     n_base_pseudo: int = param(1500, lo=300, hi=100_000, help="pseudo-harmful examples of the base model")
