@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from companion import plotting, runtime
 from companion.claims import Claim, Verdict, evaluate_all, worst
+from companion.fetch import Source
 from companion.papers.gguf_attack import quants as gq
 from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box
 from companion.models.tiny_lm import tiny_llama
@@ -49,6 +50,14 @@ LETTER0, VOCAB = 8, 34
 MAX_NEW = 10
 MODELS = ("clean", "mal", "rep", "free")
 SLUG = "gguf-attack"
+# `companion fetch gguf-attack`: the paper's smallest model; its injection data must be converted by
+# hand (data/README.md), so it is not fetched
+SOURCES = (
+    Source("model", "Qwen2.5-1.5B-Instruct, the paper's main model (Hugging Face format)", "Apache-2.0",
+           repo_id="Qwen/Qwen2.5-1.5B-Instruct",
+           allow=("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                  "tokenizer_config.json", "vocab.json", "merges.txt")),
+)
 
 
 @dataclass(frozen=True)
