@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from companion import registry
-from companion.runner import sigterm_interrupts
+from companion.runner import signals_interrupt
 
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
 INLINE = "inline"
@@ -294,7 +294,7 @@ def run_many(
         else:
             todo.append(i)
     try:
-        with sigterm_interrupts():
+        with signals_interrupt():
             _run_todo(tasks, todo, inline or (address is None and len(todo) == 1), address, workers, per_task,
                       progress, finish)
     except KeyboardInterrupt:

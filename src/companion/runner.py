@@ -218,20 +218,26 @@ def _device_of(params: BaseParams) -> str:
 
 
 @contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Interrupted` for the duration (SIGINT already raises), in the main thread."""
+def signals_interrupt() -> Iterator[None]:
+    """Raise :class:`Interrupted` on SIGINT or SIGTERM for the duration, in the main thread.
+
+    Python's default SIGINT handler would do for SIGINT, but an asyncio runner inside papermill
+    replaces that default with one that cancels its task, and a cancellation that lands while the
+    kernel starts can be swallowed: the run then went on to the end and exited 0.
+    """
     def handler(signum: int, frame: Any) -> None:
         raise Interrupted(f"signal {signum}")
 
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread (a Dask worker thread): no handler to install
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -368,7 +374,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     t0 = time.perf_counter()
     cpu0 = _children_cpu()
     try:
-        with sigterm_interrupts():
+        with signals_interrupt():
             pm.execute_notebook(
                 str(notebook), str(executed), parameters=injected, kernel_name="python3",
                 progress_bar=progress, log_output=log_output, cwd=str(notebook.parent),
