@@ -16,6 +16,7 @@ from companion.params import ParamError
 from companion.papers import actor as paper
 from companion.papers.actor import direction, language as lang, paper_llm, toy
 from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, layer_output, read
+from hf_tiny import save_word_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -175,16 +176,12 @@ def test_refusal_judge_and_jsonl(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_llm_and_prompts(tmp_path_factory):
     """A tiny random Llama with a word-level tokenizer, and tiny JSONL prompt sets, saved offline."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     words = [f"w{i}" for i in range(40)] + ["I", "cannot", "Sure"]
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>", *words])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     root = tmp_path_factory.mktemp("actor_paper")
     llm = root / "llm"
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>").save_pretrained(llm)
+    vocab = save_word_tokenizer(llm, ["[PAD]", "[UNK]", "</s>", *words], pad_token="[PAD]", eos_token="</s>")
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0,

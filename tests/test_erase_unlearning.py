@@ -14,6 +14,7 @@ from scipy import stats
 from companion.papers import erase_unlearning as eu
 from companion.papers.erase_unlearning import cost, erase, icl, qkmeans as qk, sisa
 from companion.params import ParamError
+from hf_tiny import save_word_tokenizer
 
 
 def blobs(n: int = 300, d: int = 3, seed: int = 0) -> np.ndarray:
@@ -222,8 +223,7 @@ def test_small_run_is_deterministic():
 @pytest.fixture(scope="module")
 def tiny_llm_and_task(tmp_path_factory):
     """A tiny random Llama with a word-level tokenizer, and a BBII-style task file, saved offline."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from companion.papers.erase_unlearning import intents
 
@@ -231,12 +231,9 @@ def tiny_llm_and_task(tmp_path_factory):
     corpus = intents.make_split(80, rng)
     examples = [{"input": t, "output": intents.INTENTS[c]} for t, c in zip(corpus.texts, corpus.labels)]
     words = {w for e in examples for w in (e["input"] + " " + e["output"]).split()} | {"Input:", "Output:"}
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", *sorted(words)])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     root = tmp_path_factory.mktemp("erase_paper")
     llm = root / "llm"
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(llm)
+    vocab = save_word_tokenizer(llm, ["[PAD]", "[UNK]", *sorted(words)], pad_token="[PAD]")
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512, pad_token_id=0)

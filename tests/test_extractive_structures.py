@@ -19,6 +19,7 @@ from companion.papers.extractive_structures import pretrained_dax
 from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot, with_deltas
 from companion.papers import extractive_structures as es
 from companion.params import ParamError
+from hf_tiny import save_word_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -207,8 +208,7 @@ def test_smoke_and_determinism():
 @pytest.fixture(scope="module")
 def tiny_lm_dir(tmp_path_factory) -> str:
     """A tiny random Llama and a word-level tokenizer over the two-hop templates, saved offline."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from companion.papers.extractive_structures import two_hop_facts as thf
 
@@ -218,11 +218,8 @@ def tiny_lm_dir(tmp_path_factory) -> str:
     world = pretrained_dax.make_dax_world(np.random.default_rng(0))
     words |= {w for data in (pretrained_dax.dax(world, world.test), pretrained_dax.zong(world, world.test))
               for t in data[1] for w in t.split()} | set(pretrained_dax.ANIMALS)
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", *sorted(words)])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     folder = tmp_path_factory.mktemp("tiny_llama")
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(folder)
+    vocab = save_word_tokenizer(folder, ["[PAD]", "[UNK]", *sorted(words)], pad_token="[PAD]")
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0)

@@ -21,6 +21,7 @@ from companion.papers.fdiv_losses.fdivergence import (REGISTRY, FDivergence, bis
 from companion.papers import fdiv_losses as paper
 from companion.papers.fdiv_losses import corpus_lm
 from companion.params import ParamError
+from hf_tiny import save_word_tokenizer
 
 NAMES = list(REGISTRY)
 SPARSE = {"chi2", "alpha1.5", "alpha2"}
@@ -347,16 +348,12 @@ CORPUS = ("the cat sat on the mat and the dog sat on the log . " * 30,
 @pytest.fixture(scope="module")
 def tiny_gpt2_and_corpus(tmp_path_factory):
     """A tiny random GPT2LMHeadModel with a word-level tokenizer, and a folder of three text files."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     words = sorted({w for text in CORPUS for w in text.split()})
-    vocab = {w: i for i, w in enumerate(["<|endoftext|>", "[UNK]", *words])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     root = tmp_path_factory.mktemp("fdiv_paper")
     model_dir, corpus = root / "gpt2", root / "corpus"
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", eos_token="<|endoftext|>").save_pretrained(model_dir)
+    vocab = save_word_tokenizer(model_dir, ["<|endoftext|>", "[UNK]", *words], eos_token="<|endoftext|>")
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_layer=1, n_embd=32, n_head=2, n_positions=64)
                     ).save_pretrained(model_dir)

@@ -15,6 +15,7 @@ from companion.papers.gguf_attack import boxes as gb
 from companion.papers.gguf_attack import quants as gq
 from companion.papers import gguf_attack as ga
 from companion.params import ParamError
+from hf_tiny import save_word_tokenizer
 
 
 def _rows(seed: int = 0, rows: int = 8, cols: int = 512) -> np.ndarray:
@@ -353,17 +354,13 @@ def tiny_qwen_and_jsonl(tmp_path_factory):
     """A tiny random Qwen2 (rows of 256) with a word-level tokenizer and a few instruction rows, saved offline."""
     import json
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     root = tmp_path_factory.mktemp("gguf_paper")
     words = "Below is an instruction that describes a task . Write response appropriately completes the request " \
             "### Instruction: Response: Input: name food place eat at McDonald's good lunch today".split()
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>", *dict.fromkeys(words)])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]",
-                            eos_token="</s>").save_pretrained(root / "model")
+    vocab = save_word_tokenizer(root / "model", ["[PAD]", "[UNK]", "</s>", *dict.fromkeys(words)], pad_token="[PAD]",
+                                eos_token="</s>")
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(vocab), hidden_size=256, intermediate_size=256, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0,

@@ -11,6 +11,7 @@ from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, train_b
 from companion.models.topk_sae import TopKSAE, constrained_step
 from companion.params import ParamError
 from companion.papers import jsae
+from hf_tiny import save_word_tokenizer
 
 D, M, N, K, B = 8, 32, 64, 4, 16
 
@@ -346,15 +347,10 @@ def neox_and_corpus(tmp_path_factory):
     """A tiny random GPT-NeoX with a word-level tokenizer, and a corpus of .txt and .jsonl files, saved offline."""
     import json
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     root = tmp_path_factory.mktemp("jsae_paper")
-    vocab = {w: i for i, w in enumerate(["[UNK]", "<|endoftext|>", *sorted(set(WORDS))])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     llm = root / "pythia"
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", eos_token="<|endoftext|>").save_pretrained(llm)
+    vocab = save_word_tokenizer(llm, ["[UNK]", "<|endoftext|>", *sorted(set(WORDS))], eos_token="<|endoftext|>")
     tiny_neox(len(vocab)).save_pretrained(llm)
     rng = np.random.default_rng(0)
     data = root / "pile"

@@ -15,6 +15,7 @@ from companion.params import ParamError
 from companion.papers import self_ref as sr
 from companion.papers.self_ref import confidence, lm, qa_data, routing
 from companion.papers.self_ref.pipeline import selfref_data
+from hf_tiny import save_word_tokenizer
 
 
 def test_vocab_has_each_confidence_token_once_and_new_rows_are_the_mean():
@@ -182,16 +183,11 @@ def test_tiny_run_is_deterministic_and_checks():
 @pytest.fixture(scope="module")
 def tiny_llama_and_jsonl(tmp_path_factory):
     """A tiny random Llama with a word-level tokenizer and a tiny JSONL dataset, saved offline."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("self_ref_paper")
     words = ["Q:", "A:", "what", "is", "plus", *map(str, range(10))]
-    vocab = {w: i for i, w in enumerate(["[PAD]", "[UNK]", "</s>", *words])}
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]",
-                            eos_token="</s>").save_pretrained(root / "llm")
+    vocab = save_word_tokenizer(root / "llm", ["[PAD]", "[UNK]", "</s>", *words], pad_token="[PAD]", eos_token="</s>")
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, pad_token_id=0,
