@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +14,7 @@ from companion.params import ParamError
 from companion.papers import actor as paper
 from companion.papers.actor import direction, language as lang, paper_llm, toy
 from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, layer_output, read
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -213,11 +211,7 @@ def test_paper_loader_on_tiny_llama(tiny_llm_and_prompts):
 def test_paper_preset_smoke_via_cli(tiny_llm_and_prompts):
     llm, data, root = tiny_llm_and_prompts
     out = root / "run"
-    cmd = [sys.executable, "-m", "companion", "run", "actor", "--preset", "paper", "-p", f"model_path={llm}",
-           "-p", f"data_path={data}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("actor", out, model_path=llm, data_path=data)
     assert record["status"] == "ok"
     assert record["metrics"]["setting"] == "paper: local LLM"
     assert {c["id"]: c["verdict"] for c in record["claims"]}["one-layer-only"] == "HOLDS"

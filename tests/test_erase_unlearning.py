@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ from scipy import stats
 from companion.papers import erase_unlearning as eu
 from companion.papers.erase_unlearning import cost, erase, icl, qkmeans as qk, sisa
 from companion.params import ParamError
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 def blobs(n: int = 300, d: int = 3, seed: int = 0) -> np.ndarray:
@@ -258,12 +256,7 @@ def test_task_file_layouts(tmp_path):
 def test_paper_preset_smoke_via_cli(tiny_llm_and_task):
     llm, data, root = tiny_llm_and_task
     out = root / "run"
-    cmd = [sys.executable, "-m", "companion", "run", "erase-unlearning", "--preset", "paper",
-           "-p", f"model_path={llm}", "-p", f"data_path={data}", "-p", "smoke=true", "-p", "device=cpu",
-           "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("erase-unlearning", out, model_path=llm, data_path=data)
     assert record["status"] == "ok"
     assert "LLM" in record["metrics"]["learner"]
     assert {c["id"]: c["verdict"] for c in record["claims"]}["exact-certified"] in ("HOLDS", "INCONCLUSIVE")

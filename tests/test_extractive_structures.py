@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from companion.papers.extractive_structures import pretrained_dax
 from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot, with_deltas
 from companion.papers import extractive_structures as es
 from companion.params import ParamError
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -297,10 +296,7 @@ def test_pretrained_ordering_and_grafting_learn_the_facts(tiny_lm_dir):
 @pytest.mark.slow
 def test_paper_preset_smoke_via_cli(tiny_lm_dir, tmp_path):
     base = [sys.executable, "-m", "companion", "run", "extractive-structures", "--preset", "paper"]
-    proc = subprocess.run(base + ["-p", f"model_path={tiny_lm_dir}", "-p", "smoke=true", "-p", "device=cpu",
-                                  "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next((tmp_path / "run").rglob("results.json")).read_text())
+    record = run_paper_smoke("extractive-structures", tmp_path / "run", model_path=tiny_lm_dir)
     assert record["status"] == "ok"
     path = record["provenance"]["paths"]["model_path"]
     assert path["path"] == tiny_lm_dir and len(path["sha256"]) == 64

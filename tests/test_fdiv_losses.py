@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from companion.papers.fdiv_losses.fdivergence import (REGISTRY, FDivergence, bis
 from companion.papers import fdiv_losses as paper
 from companion.papers.fdiv_losses import corpus_lm
 from companion.params import ParamError
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 NAMES = list(REGISTRY)
 SPARSE = {"chi2", "alpha1.5", "alpha2"}
@@ -421,10 +420,7 @@ def test_paper_preset_smoke_via_cli(tiny_gpt2_and_corpus):
     model_dir, corpus, root = tiny_gpt2_and_corpus
     out = root / "run"
     base = [sys.executable, "-m", "companion", "run", "fdiv-losses", "--preset", "paper"]
-    proc = subprocess.run(base + ["-p", f"model_path={model_dir}", "-p", f"data_path={corpus}", "-p", "smoke=true",
-                                  "-p", "device=cpu", "--out", str(out)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("fdiv-losses", out, model_path=model_dir, data_path=corpus)
     assert record["status"] == "ok"
     paths = record["provenance"]["paths"]
     assert paths["model_path"]["path"] == model_dir and len(paths["model_path"]["sha256"]) == 64

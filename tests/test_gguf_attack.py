@@ -15,7 +15,7 @@ from companion.papers.gguf_attack import boxes as gb
 from companion.papers.gguf_attack import quants as gq
 from companion.papers import gguf_attack as ga
 from companion.params import ParamError
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 def _rows(seed: int = 0, rows: int = 8, cols: int = 512) -> np.ndarray:
@@ -408,14 +408,8 @@ def test_paper_preset_needs_its_paths() -> None:
 
 @pytest.mark.slow
 def test_paper_preset_smoke_via_cli(tiny_qwen_and_jsonl) -> None:
-    import json
-
     model_dir, data_dir, root = tiny_qwen_and_jsonl
     out = root / "run"
-    cmd = [sys.executable, "-m", "companion", "run", "gguf-attack", "--preset", "paper", "-p", f"model_path={model_dir}",
-           "-p", f"data_path={data_dir}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("gguf-attack", out, model_path=model_dir, data_path=data_dir)
     assert record["status"] == "ok" and record["metrics"]["gguf_roundtrip"] is True
     assert record["provenance"]["paths"]["model_path"]["sha256"]

@@ -11,7 +11,7 @@ from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, train_b
 from companion.models.topk_sae import TopKSAE, constrained_step
 from companion.params import ParamError
 from companion.papers import jsae
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 D, M, N, K, B = 8, 32, 64, 4, 16
 
@@ -458,19 +458,10 @@ def test_paper_preset_without_a_checkpoint_exits_2(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_paper_preset_smoke_via_cli(neox_and_corpus, tmp_path):
-    import json
-
     from companion import keys
 
     llm, data = neox_and_corpus
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "companion", "run", "jsae", "--preset", "paper", "-p", f"model_path={llm}",
-           "-p", f"data_path={data}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(tmp_path / "run")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next((tmp_path / "run").rglob("results.json")).read_text())
+    record = run_paper_smoke("jsae", tmp_path / "run", model_path=llm, data_path=data)
     assert record["status"] == "ok"
     assert record["provenance"]["paths"]["model_path"] == {"path": str(llm), "sha256": keys.fingerprint(llm)}
     verdicts = {c["id"]: c for c in record["claims"]}

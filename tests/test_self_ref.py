@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from companion.params import ParamError
 from companion.papers import self_ref as sr
 from companion.papers.self_ref import confidence, lm, qa_data, routing
 from companion.papers.self_ref.pipeline import selfref_data
-from hf_tiny import save_word_tokenizer
+from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 def test_vocab_has_each_confidence_token_once_and_new_rows_are_the_mean():
@@ -223,9 +221,5 @@ def test_paper_loader_adds_tokens_once(tiny_llama_and_jsonl):
 def test_paper_preset_smoke_via_cli(tiny_llama_and_jsonl):
     llm, data, root = tiny_llama_and_jsonl
     out = root / "run"
-    cmd = [sys.executable, "-m", "companion", "run", "self-ref", "--preset", "paper", "-p", f"model_path={llm}",
-           "-p", f"data_path={data}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("self-ref", out, model_path=llm, data_path=data)
     assert record["status"] == "ok" and "local LLM" in record["metrics"]["source"]
