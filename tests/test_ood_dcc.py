@@ -311,7 +311,7 @@ def test_claim_kinds_every_seed_rows_and_cached_features_are_exact(tmp_path) -> 
 def _torchvision_world(root, stem: str = "cifar"):
     """A random-init ResNet-18 in torchvision's layout (CIFAR or ImageNet stem, 3 classes), its state_dict
     saved with torch.save, and generated images."""
-    from companion.papers.ood_dcc import tv_resnet
+    from companion.models import tv_resnet
 
     torch.manual_seed(0)
     net = tv_resnet.ResNet("resnet18", 3, cifar_stem=stem == "cifar")
@@ -322,7 +322,7 @@ def _torchvision_world(root, stem: str = "cifar"):
 
 def test_resnets_have_torchvisions_layout() -> None:
     """Parameter counts are torchvision's published num_params; names and shapes are torchvision's."""
-    from companion.papers.ood_dcc import tv_resnet
+    from companion.models import tv_resnet
 
     counts = {"resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032}
     for arch, n in counts.items():

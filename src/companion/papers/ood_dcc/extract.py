@@ -6,7 +6,7 @@
 ``test`` and every OOD set, ``train_labels.npy``, ``head_W.npy`` (C, D), ``head_b.npy`` (C,), and
 ``extract.json`` (backbone, data set, weights hash, image counts and the scorer settings).
 ``--weights`` is a ``state_dict`` of ``torchvision.models.resnet18/34/50`` (``torch.save``); it is
-loaded into :mod:`.tv_resnet`, the same network under the same names (torchvision itself does not
+loaded into :mod:`companion.models.tv_resnet`, the same network under the same names (torchvision itself does not
 install next to this project's CPU build of torch).
 
 Follows the official code (``workerbcd/ooddcc``): the penultimate feature is the pooled input of
@@ -37,7 +37,7 @@ import torch
 from PIL import Image
 from torch import Tensor, nn
 
-from companion.papers.ood_dcc import tv_resnet
+from companion.models import tv_resnet
 from companion.papers.ood_dcc.extract_features import labelled_images, list_images
 
 BACKBONES = tuple(tv_resnet.LAYERS)

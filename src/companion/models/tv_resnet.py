@@ -7,6 +7,11 @@ of ``BasicBlock`` / ``Bottleneck`` v1.5 with ``downsample.0/1``, ``fc``), so a `
 ``torchvision.models.resnet18/34/50`` loads unchanged (strict). The transforms repeat torchvision's
 ``Resize`` (bilinear; an int resizes the shorter side), ``CenterCrop``, ``ToTensor`` and ``Normalize``
 with PIL and torch.
+
+Used by ood-dcc (torchvision checkpoints) and stay-positive (the fake-image detectors' "res50nodown",
+GRIP-UNINA's ResNet-50 without down-sampling in the stem: ``conv1`` 7x7 with stride 1 and a 3x3
+max-pool with stride 1, as ``stride0=1`` does in the official ``networks/resnet_mod.py`` of
+``AniSundar18/AlignedForensics``; its other modules and their names are torchvision's).
 """
 
 from __future__ import annotations
@@ -61,15 +66,16 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """torchvision's ResNet; ``cifar_stem`` swaps the 7x7/2 stem and max-pool for a 3x3/1 stem (CIFAR models)."""
+    """torchvision's ResNet; ``cifar_stem``: a 3x3/1 stem without max-pool (CIFAR); ``nodown``: the 7x7 stem and max-pool at stride 1."""
 
-    def __init__(self, arch: str, num_classes: int = 1000, cifar_stem: bool = False) -> None:
+    def __init__(self, arch: str, num_classes: int = 1000, cifar_stem: bool = False, nodown: bool = False) -> None:
         super().__init__()
         kind, depths = LAYERS[arch]
         block = BasicBlock if kind == "basic" else Bottleneck
-        self.conv1 = _conv(3, 64, 3) if cifar_stem else nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        stride0 = 1 if nodown else 2
+        self.conv1 = _conv(3, 64, 3) if cifar_stem else nn.Conv2d(3, 64, 7, stride=stride0, padding=3, bias=False)
         self.bn1, self.relu = nn.BatchNorm2d(64), nn.ReLU(inplace=True)
-        self.maxpool = nn.Identity() if cifar_stem else nn.MaxPool2d(3, stride=2, padding=1)
+        self.maxpool = nn.Identity() if cifar_stem else nn.MaxPool2d(3, stride=stride0, padding=1)
         cin = 64
         for i, (planes, n) in enumerate(zip((64, 128, 256, 512), depths)):
             stride = 1 if i == 0 else 2
@@ -86,11 +92,15 @@ class ResNet(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(cin, num_classes)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Logits of normalised images (B, 3, H, W); ``fc`` reads the pooled penultimate feature."""
+    def features(self, x: Tensor) -> Tensor:
+        """The pooled post-ReLU penultimate feature (B, D) of normalised images (B, 3, H, W)."""
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
+        return torch.flatten(self.avgpool(x), 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Logits of normalised images (B, 3, H, W); ``fc`` reads the pooled penultimate feature."""
+        return self.fc(self.features(x))
 
 
 def resize(img: Image.Image, size: int | tuple[int, int]) -> Image.Image:
