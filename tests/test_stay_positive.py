@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from sklearn.metrics import average_precision_score
 
+from hf_tiny import run_paper_smoke
+
+from companion.models import tv_resnet
+from companion.papers.stay_positive import paper_detector as pdet
 from companion.papers.stay_positive import photo_patches as pp
 from companion.papers import stay_positive as sp
 from companion.params import ParamError
@@ -213,8 +219,9 @@ def test_params_validation() -> None:
         sp.Params.resolve("quick", inpaint_sizes=(40,))
     with pytest.raises(ParamError, match="generator"):
         sp.Params.resolve("quick", generator="gan")
-    for preset in ("full", "paper"):
-        sp.Params.resolve(preset)
+    sp.Params.resolve("full")
+    with pytest.raises(ParamError, match="model_path.*detector checkpoint"):
+        sp.Params.resolve("paper", model_path="/nonexistent/detector.pth")
 
 
 def test_label_convention() -> None:
@@ -271,3 +278,92 @@ def test_every_seed_rows_are_exact_worst_seed_values() -> None:
     assert verdicts["clean-ap-cost-every"].value == pytest.approx(-0.01)
     assert verdicts["clean-ap-cost-every"].verdict == "HOLDS"
     assert set(sp.EVERY_SEED) <= {c.id for c in sp.CLAIMS if c.kind == "exact"}
+
+
+# ----------------------------------------------------------------------------- paper preset (real detector)
+
+
+@pytest.fixture(scope="module")
+def detector_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """A random ResNet-18 nodown saved as the official trainer does ({"model": DataParallel keys}),
+    and a few generated PNG/JPEG images per folder of the documented layout."""
+    root = tmp_path_factory.mktemp("sp_paper")
+    torch.manual_seed(0)
+    state = tv_resnet.ResNet("resnet18", 1, nodown=True).state_dict()
+    torch.save({"model": {f"module.{k}": v for k, v in state.items()}, "optimizer": {}}, root / "det.pth")
+    rng = np.random.default_rng(0)
+    for folder in ("train/real", "train/fake", "val/real", "test/real", "test/genA", "test/genB"):
+        (root / "img" / folder).mkdir(parents=True)
+        for i in range(5):  # 40x48: smaller than the smoke crop (padded) in one side
+            Image.fromarray(rng.integers(0, 256, (40, 72, 3), dtype=np.uint8)).save(
+                root / "img" / folder / f"{i}.{'png' if i % 2 else 'jpg'}")
+    return root / "det.pth", root / "img", state
+
+
+def test_checkpoint_layouts_and_architecture_from_keys(detector_files: tuple[Path, Path, dict],
+                                                       tmp_path: Path) -> None:
+    ckpt, _, state = detector_files
+    assert pdet.checkpoint_state(ckpt).keys() == state.keys()
+    for wrap in ({"state_dict": state}, {"net": state}, state):
+        torch.save(wrap, tmp_path / "x.pth")
+        got = pdet.checkpoint_state(tmp_path / "x.pth")
+        assert all(torch.equal(got[k], state[k]) for k in state)
+    torch.save({"weights": state}, tmp_path / "bad.pth")
+    with pytest.raises(ValueError, match="no ResNet state dict"):
+        pdet.checkpoint_state(tmp_path / "bad.pth")
+    assert pdet.arch_of(state) == "resnet18"
+    assert pdet.arch_of(tv_resnet.ResNet("resnet34").state_dict()) == "resnet34"
+    assert pdet.arch_of(tv_resnet.ResNet("resnet50").state_dict()) == "resnet50"
+
+
+def test_detector_loads_strictly_and_its_features_are_the_forward_of_the_same_weights(
+        detector_files: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    ckpt, img, state = detector_files
+    net, arch = pdet.load_detector(ckpt)
+    assert arch == "resnet18" and not any(p.requires_grad for p in net.parameters()) and not net.training
+    ref = tv_resnet.ResNet("resnet18", 1, nodown=True)
+    ref.load_state_dict(state)
+    ref.eval()
+    images = [pdet.load_crop(p, 32) for p in pdet.list_images(img / "test/real")]
+    f = pdet.features(net, iter(images), batch=2)
+    x = torch.from_numpy(np.stack(images).transpose(0, 3, 1, 2)).float()
+    x = (x - torch.tensor(pdet.IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(pdet.IMAGENET_STD).view(1, 3, 1, 1)
+    with torch.no_grad():
+        body = ref.layer4(ref.layer3(ref.layer2(ref.layer1(ref.maxpool(ref.relu(ref.bn1(ref.conv1(x))))))))
+        assert body.shape[-1] == 32 // 8  # nodown: no stride in the stem, only layers 2-4 halve
+        np.testing.assert_allclose(f, body.mean(dim=(2, 3)).numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(f @ net.fc.weight[0].numpy() + net.fc.bias.numpy(), ref(x)[:, 0].numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    assert f.shape == (5, 512) and f.min() >= 0
+    del state["layer4.1.bn2.running_var"]
+    torch.save(state, tmp_path / "missing.pth")
+    with pytest.raises(RuntimeError, match="Missing key"):
+        pdet.load_detector(tmp_path / "missing.pth")
+
+
+def test_centre_crop_pads_small_images_and_inpaint_pastes_a_fake_centre(detector_files: tuple[Path, Path, dict]
+                                                                       ) -> None:
+    _, img, _ = detector_files
+    x = pdet.load_crop(pdet.list_images(img / "test/real")[0], 64)
+    assert x.shape == (64, 64, 3) and 0 <= x.min() and x.max() <= 1
+    files = pdet.cap(pdet.layout(img), 3, 2)
+    assert list(files["generators"]) == ["genA", "genB"] and len(files["test_real"]) == 2
+    sets = pdet.condition_sets(files, 32, (75,), (16,), 85)
+    real, fake, pasted = (np.stack(list(sets[k]())) for k in ("real_test", "clean", "inpaint16"))
+    assert len(fake) == 4 and np.array_equal(pasted[:, 8:24, 8:24], fake[:2, 8:24, 8:24])
+    outside = np.ones((32, 32), bool)
+    outside[8:24, 8:24] = False
+    assert np.array_equal(pasted[:, outside], real[:, outside])
+
+
+@pytest.mark.slow  # the CLI run of the paper preset (a notebook in a subprocess)
+def test_paper_preset_runs_through_the_cli(detector_files: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    ckpt, img, _ = detector_files
+    res = run_paper_smoke("stay-positive", tmp_path / "out", model_path=ckpt, data_path=img)
+    m = res["metrics"]
+    assert m["source"]["model_sha256"] == pdet.file_sha256(ckpt)
+    assert m["source"]["arch"] == "resnet18 nodown" and m["source"]["images"]["test_genB"] == 4  # smoke: 4 per test folder
+    assert m["heads"]["sp"]["frac_neg"] == 0.0  # SP's trained head has w >= 0
+    assert m["heads"]["base"]["frac_neg"] > 0.2  # the random checkpoint's own fc has mixed signs
+    assert set(m["ap_generator"]["Base"]) == {"genA", "genB"}
+    assert {c["id"] for c in res["claims"]} == {c.id for c in sp.CLAIMS}

@@ -18,6 +18,10 @@ Written by hand because no maintained library does them: the synthetic real/fake
 (:mod:`companion.papers.stay_positive.photo_patches`), the small high-pass CNN detector, the head retraining with
 the non-negativity projection, and average precision / recall at a fixed-FPR threshold (checked
 against scikit-learn in the tests). JPEG is Pillow; networks and optimizers are PyTorch.
+
+The ``paper`` preset runs the real setting instead (:mod:`.paper_detector`): a local detector
+checkpoint in the official layout (ResNet-50 "res50nodown", e.g. Corvi et al.'s or the authors'),
+frozen, and local real/fake image folders; Base, LP and SP heads under the same test conditions.
 """
 
 from __future__ import annotations
@@ -39,24 +43,25 @@ from tqdm import tqdm
 from companion import runtime
 from companion.claims import Claim, Verdict, evaluate_all, worst
 from companion.papers.stay_positive import photo_patches as pp
-from companion.params import BaseParams, ParamError, param
+from companion.params import BaseParams, ParamError, local_default, param, require_path
 from companion.plotting import figure, mean_sd_line
 
 REAL, FAKE = 0, 1  # Stay-Positive needs class 1 = fake; with real = 1 the clamp keeps real evidence
 HEADS = ("base", "lp", "sp")
 HEAD_NAMES = {"base": "Base", "lp": "LP (retrained)", "sp": "SP (Stay-Positive)"}
-CLAIM_Q, CLAIM_INPAINT, BOTH_Q = 75, 16, 85
+CLAIM_Q, BOTH_Q = 75, 85
+SLUG = "stay-positive"
 N_VAL, BATCH, LR_STAGE1, HEAD_BATCH = 400, 64, 1e-3, 256
 
 
 @dataclass(frozen=True)
 class Params(BaseParams):
-    """Parameters of the synthetic real/fake world, the detector and the head retraining."""
+    """Synthetic real/fake world and small CNN (quick, full); paper: a local res50nodown detector on local images."""
 
     seeds: int = param(10, lo=1, hi=64, help="number of seeds the claims are evaluated over")
-    patch: int = param(32, lo=16, hi=128, help="patch side in pixels (multiple of 8)")
-    n_train: int = param(2000, lo=500, hi=20000, help="aligned real/fake training pairs")
-    n_test: int = param(300, lo=200, hi=5000, help="patches per test set")
+    patch: int = param(32, lo=16, hi=512, help="patch side in pixels (multiple of 8); paper: centre-crop side")
+    n_train: int = param(2000, lo=500, hi=20000, help="aligned real/fake training pairs (paper: most images per train folder)")
+    n_test: int = param(300, lo=200, hi=5000, help="patches per test set (paper: most images per test folder)")
     jpeg_q_train: tuple[int, ...] = param((65, 95), lo=30, hi=100, min_len=2,
                                           help="(lowest, highest) JPEG quality of training reals")
     jpeg_q_test: tuple[int, ...] = param((95, 85, 75), lo=30, hi=100,
@@ -69,19 +74,30 @@ class Params(BaseParams):
     head_steps: int = param(400, lo=100, hi=5000, help="stage-2 optimizer steps")
     head_lr: float = param(1e-2, lo=1e-4, hi=5e-2, help="stage-2 Adam learning rate")
     target_fpr: float = param(0.05, lo=0.01, hi=0.2, help="FPR on clean validation reals fixing tau")
-    inpaint_sizes: tuple[int, ...] = param((16, 8), lo=2, hi=126, help="side of the inpainted square")
+    inpaint_sizes: tuple[int, ...] = param((16, 8), lo=2, hi=510, help="side of the inpainted square")
     ablations: bool = param(False, help="also run the tconv and no-high-pass variants")
+    model_path: str = param(local_default(SLUG, "detector.pth"),
+                            help="paper preset: detector checkpoint (res50nodown, official key layout)")
+    data_path: str = param(local_default(SLUG, "images"),
+                           help="paper preset: folder train/{real,fake}, [val/real], test/real, test/<generator>")
+    smoke: bool = param(False, help="paper preset on a tiny budget (a few images, 64-px crops; < 2 min CPU)")
 
     PRESETS = {
         "full": {"seeds": 10, "n_train": 3000, "n_test": 1000,
                  "jpeg_q_test": (95, 90, 85, 80, 75, 65, 50), "width": 16, "epochs": 8,
                  "head_steps": 800, "inpaint_sizes": (24, 16, 8), "ablations": True},
-        "paper": {"seeds": 10, "patch": 64, "n_train": 20000, "n_test": 5000,
-                  "jpeg_q_test": (95, 90, 85, 80, 75, 65, 50), "width": 32, "epochs": 30,
-                  "head_steps": 5000, "inpaint_sizes": (48, 32, 16, 8), "ablations": True},
+        # the real detector on local images: n_train/n_test cap the images per folder
+        "paper": {"seeds": 5, "patch": 256, "n_train": 20000, "n_test": 5000,
+                  "jpeg_q_test": (95, 90, 85, 80, 75, 65, 50), "head_steps": 5000, "head_lr": 1e-4,
+                  "inpaint_sizes": (128, 64)},
     }
 
     def __post_init__(self) -> None:
+        if self.preset == "paper":
+            require_path("model_path", self.model_path, "a detector checkpoint file (res50nodown state dict, "
+                         "e.g. Corvi et al.'s or the authors' weights.pth)", "file")
+            require_path("data_path", self.data_path, "an image folder with train/real, train/fake, test/real "
+                         "and test/<generator> subfolders", "dir")
         if self.patch % 8:
             raise ParamError(f"parameter 'patch': {self.patch} is not a multiple of 8")
         lo_hi = self.jpeg_q_train
@@ -107,10 +123,23 @@ def eval_qualities(params: Params) -> tuple[int, ...]:
     return tuple(sorted(set(params.jpeg_q_test) | {CLAIM_Q, BOTH_Q}, reverse=True))
 
 
+def claim_inpaint(params: Params) -> int:
+    """Side of the claims' inpainted square: half the patch side (25 % of the area; 16 px at patch 32)."""
+    return params.patch // 2
+
+
 def eval_inpaint_sizes(params: Params) -> tuple[int, ...]:
-    """Inpainted square sides evaluated: the requested ones plus the claims' 16 (if it fits)."""
-    extra = {CLAIM_INPAINT} if CLAIM_INPAINT < params.patch else set()
-    return tuple(sorted(set(params.inpaint_sizes) | extra, reverse=True))
+    """Inpainted square sides evaluated: the requested ones plus the claims' half-patch square."""
+    return tuple(sorted(set(params.inpaint_sizes) | {claim_inpaint(params)}, reverse=True))
+
+
+def set_keys(params: Params) -> dict[str, str]:
+    """Names of the sets the claims and figures single out: JPEG-75 fakes, the claim's and the smallest inpaint."""
+    return {"jpeg": f"jpeg{CLAIM_Q}", "inpaint": f"inpaint{claim_inpaint(params)}",
+            "small": f"inpaint{min(eval_inpaint_sizes(params))}"}
+
+
+DEFAULT_KEYS = {"jpeg": f"jpeg{CLAIM_Q}", "inpaint": "inpaint16", "small": "inpaint8"}
 
 
 def make_sets(params: Params, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -219,7 +248,7 @@ def project_nonneg_(linear: nn.Linear) -> nn.Linear:
 
 def retrain_head(f_real: np.ndarray, f_fake: np.ndarray, constrain: bool, steps: int, lr: float,
                  gen: torch.Generator,
-                 on_step: Callable[[int, nn.Linear], None] | None = None) -> nn.Linear:
+                 on_step: Callable[[int, nn.Linear], None] | None = None, batch: int = HEAD_BATCH) -> nn.Linear:
     """Zero-initialized last layer trained on cached features; ``constrain`` = Stay-Positive."""
     f = torch.from_numpy(np.concatenate([f_real, f_fake])).float()
     y = torch.cat([torch.full((len(f_real),), float(REAL)), torch.full((len(f_fake),), float(FAKE))])
@@ -230,7 +259,7 @@ def retrain_head(f_real: np.ndarray, f_fake: np.ndarray, constrain: bool, steps:
     if on_step:
         on_step(0, head)
     for t in range(steps):
-        idx = torch.randint(len(f), (HEAD_BATCH,), generator=gen)
+        idx = torch.randint(len(f), (batch,), generator=gen)
         loss = F.binary_cross_entropy_with_logits(head(f[idx]).squeeze(-1), y[idx])
         opt.zero_grad()
         loss.backward()
@@ -291,7 +320,7 @@ def evaluate(heads: dict[str, tuple[np.ndarray, float]], feats: dict[str, np.nda
             "fpr_real_clean": tpr_at(tau, logits["real_clean"]),
             "frac_neg": float(np.mean(w < 0)),
             "logits": {k: logits[k] for k in ("real_test", "clean", f"jpeg{CLAIM_Q}",
-                                              f"inpaint{CLAIM_INPAINT}") if k in logits},
+                                              set_keys(params)["inpaint"]) if k in logits},
         }
     return out
 
@@ -309,6 +338,7 @@ class Results:
     examples: dict[str, np.ndarray] = field(default_factory=dict)
     spectra: dict[str, np.ndarray] = field(default_factory=dict)
     ablations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)  # paper preset: what was read
 
 
 def log_spectrum(x: np.ndarray) -> np.ndarray:
@@ -335,7 +365,7 @@ def run_seed(params: Params, seed: int) -> tuple[dict[str, Any], dict[str, np.nd
         heads[name] = head_arrays(retrain_head(feats["train_real"], feats["train_fake"], constrain,
                                                params.head_steps, params.head_lr, gen))
     t4 = time.process_time()
-    out = {"seed": seed, "heads": evaluate(heads, feats, params),
+    out = {"seed": seed, "heads": evaluate(heads, feats, params), "keys": set_keys(params),
            "seconds": {"data": t1 - t0, "stage1": t2 - t1, "features": t3 - t2, "heads": t4 - t3}}
     return out, sets
 
@@ -347,8 +377,8 @@ def seed_job(params: Params, seed: int, keep_examples: bool
     out, sets = run_seed(params, seed)
     if not keep_examples:
         return out, {}, {}
-    examples = {k: sets[k][:4] for k in ("real_test", "clean", f"jpeg{CLAIM_Q}",
-                                         f"inpaint{CLAIM_INPAINT}", "inpaint8") if k in sets}
+    keys = set_keys(params)
+    examples = {k: sets[k][:4] for k in ("real_test", "clean", keys["jpeg"], keys["inpaint"], keys["small"])}
     spectra = {k: log_spectrum(sets[k][:500]) for k in ("real_test", "clean")}
     return out, examples, spectra
 
@@ -366,6 +396,8 @@ def variants(params: Params) -> dict[str, Params]:
 
 def run(params: Params) -> Results:
     """The whole experiment over ``params.seed_list()``, one worker process per core."""
+    if params.preset == "paper":
+        return run_paper(params)
     runtime.limit_threads(1)
     runtime.resolve_device(params.device)  # the models are tiny: they always run on CPU
     configs = variants(params)
@@ -380,6 +412,46 @@ def run(params: Params) -> Results:
     res = Results(params, params.seed_list(), runs.pop("main"), examples, spectra)
     res.ablations.update(runs)
     return res
+
+
+def run_paper(params: Params) -> Results:
+    """The real setting: frozen local detector, its features on every set, Base/LP/SP heads per seed."""
+    from companion.papers.stay_positive import paper_detector as pdet
+    from companion.params import resolve_path
+
+    runtime.limit_threads()
+    if params.smoke:
+        params = dataclasses.replace(params, **pdet.SMOKE)
+    device = runtime.resolve_device(params.device)
+    model_path, data_path = resolve_path(params.model_path), resolve_path(params.data_path)
+    t0 = time.process_time()
+    net, arch = pdet.load_detector(model_path)
+    files = pdet.cap(pdet.layout(data_path), params.n_train, params.n_test)
+    sets = pdet.condition_sets(files, params.patch, eval_qualities(params), eval_inpaint_sizes(params), BOTH_Q)
+    feats, examples = pdet.extract_all(net.to(device), sets)
+    t1 = time.process_time()
+    base = head_arrays(net.fc)
+    keys = set_keys(params)
+    counts = [len(v) for v in files["generators"].values()]
+    per_seed = []
+    for i, seed in enumerate(params.seed_list()):
+        t2 = time.process_time()
+        gen = torch.Generator().manual_seed(seed)
+        heads = {"base": base}
+        for name, constrain in (("lp", False), ("sp", True)):
+            heads[name] = head_arrays(retrain_head(feats["train_real"], feats["train_fake"], constrain,
+                                                   params.head_steps, params.head_lr, gen, batch=pdet.HEAD_BATCH))
+        out = {"seed": seed, "heads": evaluate(heads, feats, params), "keys": keys,
+               "seconds": {"features": t1 - t0 if i == 0 else 0.0, "heads": time.process_time() - t2}}
+        for name, h in out["heads"].items():
+            parts = np.split(h["logits"]["clean"], np.cumsum(counts)[:-1])
+            h["ap_generator"] = {g: average_precision(h["logits"]["real_test"], part)
+                                 for g, part in zip(files["generators"], parts)}
+        per_seed.append(out)
+    spectra = {k: log_spectrum(examples[k]) for k in ("real_test", "clean")}
+    shown = {k: examples[k] for k in ("real_test", "clean", keys["jpeg"], keys["inpaint"], keys["small"])}
+    return Results(params, params.seed_list(), per_seed, shown, spectra,
+                   source=pdet.source(model_path, data_path, arch, net, files))
 
 
 # ----------------------------------------------------------------------------- claims
@@ -417,7 +489,8 @@ CLAIMS = [
 
 def seed_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Each claim's metric on every seed."""
-    jq, inp = f"jpeg{CLAIM_Q}", f"inpaint{CLAIM_INPAINT}"
+    keys = per_seed[0].get("keys", DEFAULT_KEYS)
+    jq, inp = keys["jpeg"], keys["inpaint"]
     h = [s["heads"] for s in per_seed]
     gain75 = [x["sp"]["tpr"][jq] - x["base"]["tpr"][jq] for x in h]
     return {
@@ -453,14 +526,15 @@ def seed_table(results: Results) -> pd.DataFrame:
 
 def head_means(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Mean over seeds of each head's headline numbers."""
-    jq, inp = f"jpeg{CLAIM_Q}", f"inpaint{CLAIM_INPAINT}"
+    keys = per_seed[0].get("keys", DEFAULT_KEYS)
+    jq, inp = keys["jpeg"], keys["inpaint"]
     out = {}
     for name in HEADS:
         rows = [s["heads"][name] for s in per_seed]
         pick = {"ap_clean": lambda r: r["ap"]["clean"], "tpr_clean": lambda r: r["tpr"]["clean"],
                 f"tpr_{jq}": lambda r: r["tpr"][jq], f"ap_{jq}": lambda r: r["ap"][jq],
                 f"ap_{inp}": lambda r: r["ap"].get(inp, np.nan),
-                "ap_inpaint8": lambda r: r["ap"].get("inpaint8", np.nan),
+                "ap_inpaint_small": lambda r: r["ap"].get(keys["small"], np.nan),
                 f"ap_both{BOTH_Q}": lambda r: r["ap"][f"both{BOTH_Q}"],
                 "fpr_real_test": lambda r: r["fpr_test"], "frac_neg": lambda r: r["frac_neg"]}
         out[name] = {k: float(np.mean([f(r) for r in rows])) for k, f in pick.items()}
@@ -470,8 +544,9 @@ def head_means(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def timing(per_seed: list[dict[str, Any]]) -> dict[str, float]:
     """Total CPU seconds per stage and the stage-2 / stage-1 cost ratios."""
     tot = {k: float(sum(s["seconds"][k] for s in per_seed)) for k in per_seed[0]["seconds"]}
-    tot["heads_over_stage1"] = tot["heads"] / tot["stage1"]
-    tot["stage2_over_stage1"] = (tot["features"] + tot["heads"]) / tot["stage1"]
+    if "stage1" in tot:  # the paper preset has no stage 1: it reads a trained detector
+        tot["heads_over_stage1"] = tot["heads"] / tot["stage1"]
+        tot["stage2_over_stage1"] = (tot["features"] + tot["heads"]) / tot["stage1"]
     return tot
 
 
@@ -481,7 +556,18 @@ def metrics(results: Results) -> dict[str, Any]:
                            "claims_per_seed": seed_values(results.per_seed),
                            "seconds": timing(results.per_seed)}
     out["ablations"] = {k: head_means(v) for k, v in results.ablations.items()}
+    if results.source:
+        out["source"] = results.source
+        out["ap_generator"] = generator_table(results).to_dict()
     return out
+
+
+def generator_table(results: Results) -> pd.DataFrame | Markdown:
+    """Paper preset: AP of each test generator's fakes against the test reals, per head (mean over seeds)."""
+    if not results.source:
+        return Markdown("_Synthetic run: one decoder, no per-generator table (the `paper` preset makes one)._")
+    return pd.DataFrame({HEAD_NAMES[h]: pd.DataFrame([s["heads"][h]["ap_generator"] for s in results.per_seed]).mean()
+                         for h in HEADS}).round(3)
 
 
 def summary_table(per_seed: list[dict[str, Any]]) -> pd.DataFrame:
@@ -511,8 +597,8 @@ def plot_examples(results: Results) -> Figure:
     """Example patches of each set, plus the mean log-spectrum of reals and fakes."""
     names = list(results.examples)
     fig, axes = figure(len(names) + 2, 1, width=1.7, height=1.9)
-    titles = {"real_test": "real (JPEG)", "clean": "fake", f"jpeg{CLAIM_Q}": f"fake, JPEG-{CLAIM_Q}",
-              f"inpaint{CLAIM_INPAINT}": f"inpaint {CLAIM_INPAINT}px", "inpaint8": "inpaint 8px"}
+    titles = {"real_test": "real (test)", "clean": "fake", f"jpeg{CLAIM_Q}": f"fake, JPEG-{CLAIM_Q}"}
+    titles.update({k: f"inpaint {k[len('inpaint'):]}px" for k in names if k.startswith("inpaint")})
     for ax, k in zip(axes, names):
         ax.imshow(np.clip(results.examples[k][0], 0, 1), interpolation="nearest")
         ax.set_title(titles[k])
@@ -572,14 +658,14 @@ def plot_inpainting(results: Results) -> Figure:
     axes[0].set(xlabel="inpainted area (%)", ylabel="AP (inpainted vs real)")
     axes[0].legend()
     s0 = results.per_seed[0]["heads"]
-    key = f"inpaint{CLAIM_INPAINT}"
+    key = results.per_seed[0].get("keys", DEFAULT_KEYS)["inpaint"]
     for ax, name in zip(axes[1:], ("base", "sp")):
         lg = s0[name]["logits"]
         if key not in lg:
             continue
         bins = np.histogram_bin_edges(np.r_[lg["real_test"], lg[key]], 40)
         ax.hist(lg["real_test"], bins, alpha=0.5, label="real (JPEG)")
-        ax.hist(lg[key], bins, alpha=0.5, label=f"inpaint {CLAIM_INPAINT}px")
+        ax.hist(lg[key], bins, alpha=0.5, label=f"inpaint {key[len('inpaint'):]}px")
         ax.set(xlabel="logit", title=HEAD_NAMES[name])
         ax.legend()
     return fig
