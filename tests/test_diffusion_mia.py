@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +14,7 @@ from companion.papers import diffusion_mia as dm
 from companion.papers.diffusion_mia import attacks as atk
 from companion.papers.diffusion_mia.ddpm import Diffusion, ddim_move, make_schedule, train_ddpm
 from companion.params import ParamError
+from hf_tiny import run_paper_smoke
 
 D = Diffusion(1000, 1e-4, 0.02)
 
@@ -264,12 +262,6 @@ def test_paper_loaders(tiny_unet_and_cifar):
 @pytest.mark.slow
 def test_paper_preset_smoke_via_cli(tiny_unet_and_cifar):
     root = tiny_unet_and_cifar
-    out = root / "run"
-    cmd = [sys.executable, "-m", "companion", "run", "diffusion-mia", "--preset", "paper",
-           "-p", f"model_path={root / 'unet'}", "-p", f"data_path={root / 'cifar10'}", "-p", "smoke=true",
-           "-p", "device=cpu", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("diffusion-mia", root / "run", model_path=root / "unet", data_path=root / "cifar10")
     assert record["status"] == "ok" and record["params"]["preset"] == "paper"
     assert record["metrics"]["evals_per_image"]["SecMI"] == 12.0

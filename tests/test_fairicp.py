@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,7 @@ from companion.papers import fairicp as paper
 from companion.papers.fairicp import adversarial as adv
 from companion.papers.fairicp import densities, fairness, kpc, realdata, sampler
 from companion.papers.fairicp import simulation as sim
+from hf_tiny import run_paper_smoke
 
 
 def chain_states(L: np.ndarray, burn: int, keep: int, rng: np.random.Generator,
@@ -375,12 +373,6 @@ def test_paper_preset_smoke_runs_from_the_cli(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     write_tiny_datasets(data, np.random.default_rng(15))
-    out = tmp_path / "run"
-    cli = Path(sys.executable).with_name("companion")
-    proc = subprocess.run([str(cli), "run", "fairicp", "--preset", "paper", "-p", f"data_path={data}",
-                           "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    record = json.loads((out / "results.json").read_text())
+    record = run_paper_smoke("fairicp", tmp_path / "run", data_path=data)
     assert record["status"] == "ok"
     assert {r["dataset"] for r in record["metrics"]["real"]} == set(realdata.LOADERS)

@@ -3,9 +3,8 @@ utilities, LiSSA / CG, SAM, label noise, score signs, metrics, params and the CI
 
 from __future__ import annotations
 
+import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from companion.papers.flat_influence import cifar, curvature as C, scores as S
 from companion.papers.flat_influence.network import TanhMLP, ce_mean
 from companion.papers.flat_influence.noisy_data import inject_noise
 from companion.papers.flat_influence.optimize import adam_descent, newton_minimize, sam_gradient
+from hf_tiny import run_paper_smoke
 
 D = torch.float64
 
@@ -250,10 +250,5 @@ def test_cifar10n_loader_reads_the_batches_and_the_human_labels(tmp_path):
 @pytest.mark.slow
 def test_paper_preset_smoke_runs_offline_through_the_cli(tmp_path):
     root = fake_cifar10n(tmp_path / "data")
-    cmd = [sys.executable, "-m", "companion", "run", "flat-influence", "--preset", "paper",
-           "-p", f"data_path={root}", "-p", "smoke=true", "-p", "device=cpu", "-p", "seeds=2",
-           "--out", str(tmp_path / "run")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    res = next((tmp_path / "run").rglob("results.json")).read_text()
-    assert '"status": "ok"' in res and '"label_set": "aggre"' in res
+    record = run_paper_smoke("flat-influence", tmp_path / "run", data_path=root, seeds=2)
+    assert record["status"] == "ok" and '"label_set": "aggre"' in json.dumps(record)

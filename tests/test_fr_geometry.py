@@ -15,6 +15,7 @@ from companion.papers import fr_geometry as p
 from companion.papers.fr_geometry import embedder, experiment, faces, real
 from companion.papers.fr_geometry import energy as en
 from companion.params import ParamError
+from hf_tiny import run_paper_smoke
 
 
 def _cloud(rng: np.random.Generator, C: int = 200, D: int = 32) -> np.ndarray:
@@ -280,9 +281,5 @@ def test_paper_preset_offline_on_tiny_checkpoint_and_data(tmp_path: Path) -> Non
     assert real_out.energies["knn"].shape == (4, 4)
     assert np.all((real_out.energies["knn"] >= 0) & (real_out.energies["knn"] <= 2))
     assert "Attr_0" in real_out.macro.index
-    exe = Path(sys.executable).with_name("companion")
-    out = subprocess.run([str(exe), "run", "fr-geometry", "--preset", "paper", "-p", f"model_path={tmp_path}/model.pt",
-                          "-p", f"data_path={tmp_path}/celeba", "-p", "smoke=true", "-p", "device=cpu",
-                          "-p", "paper_img_size=32", "--out", str(tmp_path / "run")],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    run_paper_smoke("fr-geometry", tmp_path / "run", model_path=tmp_path / "model.pt",
+                    data_path=tmp_path / "celeba", paper_img_size=32)

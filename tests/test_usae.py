@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +13,7 @@ from companion.models.topk_sae import BatchNormTopKSAE, auxk_l1_loss
 from companion.params import ParamError
 from companion.papers import usae
 from companion.papers.usae import cam, concepts, digits, universal, vision
+from hf_tiny import run_paper_smoke
 
 
 def _cfg(**kw) -> universal.TrainConfig:
@@ -234,13 +232,8 @@ def _tiny_backbones(root: Path) -> None:
 @pytest.mark.slow
 def test_paper_preset_smoke_through_the_cli(tmp_path):
     _tiny_backbones(tmp_path)
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "companion", "run", "usae", "--preset", "paper",
-           "-p", f"model_path={tmp_path / 'backbones'}", "-p", f"data_path={tmp_path / 'images'}",
-           "-p", f"cache_path={tmp_path / 'cache'}", "-p", "smoke=true", "-p", "device=cpu", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    record = json.loads(next(out.rglob("results.json")).read_text())
+    record = run_paper_smoke("usae", tmp_path / "run", model_path=tmp_path / "backbones",
+                             data_path=tmp_path / "images", cache_path=tmp_path / "cache")
     assert record["status"] == "ok" and len(record["claims"]) == len(usae.CLAIMS)
     assert record["metrics"]["images.train"] == 7 and record["metrics"]["images.held_out"] == 1
     cached = list((tmp_path / "cache").rglob("*.npz"))
