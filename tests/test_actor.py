@@ -13,7 +13,7 @@ import torch
 from companion.params import ParamError
 from companion.papers import actor as paper
 from companion.papers.actor import direction, language as lang, paper_llm, toy
-from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, layer_output, read
+from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, layer_output, lm_loss, read
 from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
@@ -124,6 +124,32 @@ def test_refusal_metric():
     assert torch.equal(toy.refusal_decisions(logits), torch.zeros(3))
     logits[1, lang.SORRY] = 3.0
     assert torch.equal(toy.refusal_decisions(logits), torch.tensor([0.0, 1.0, 0.0]))
+
+
+def test_lm_loss_ignores_the_last_token_and_prompt_positions(small):
+    model, data = small
+    batch = data.base
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids[:8], use_cache=False).logits[:, :-1]
+        full = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.labels[:8, 1:].flatten(),
+                                                 ignore_index=-100)
+        torch.testing.assert_close(lm_loss(model, batch.input_ids[:8], batch.labels[:8]), full)
+        changed = batch.input_ids[:8].clone()
+        changed[:, -1] = lang.ID["F0"]  # the last input token predicts nothing
+        assert lm_loss(model, changed, batch.labels[:8]) == lm_loss(model, batch.input_ids[:8], batch.labels[:8])
+
+
+def test_trade_off_averages_pseudo_sets_and_counts_ceiling_seeds():
+    top = {"harmful": 1.0, "pseudo_id": 0.0, "pseudo_ood": 0.0, "benign": 0.0}
+    half_ood = {**top, "pseudo_ood": 0.5}
+    assert paper.trade_off(top) == 1.0
+    assert paper.trade_off(half_ood) == pytest.approx((0.75 + 1.0) / 2)
+    assert paper.trade_off({**top, "pseudo_ood": float("nan"), "pseudo_id": 0.2}) == pytest.approx(0.9)
+    seeds = [{"rates": {"ACTOR": top, "uniform shift": half_ood}},
+             {"rates": {"ACTOR": {**top, "harmful": 0.9}, "uniform shift": top}},
+             {"rates": {"ACTOR": top, "uniform shift": top}}]
+    results = paper.Results(paper.Params(), seeds, 0.0)
+    assert paper.ceiling_seeds(results, "uniform shift") == 2  # the OOD set does not enter the ID ceiling
 
 
 def test_data_generator_deterministic_and_ood_held_out():
