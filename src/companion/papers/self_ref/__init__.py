@@ -43,7 +43,7 @@ RATES = tuple(round(0.05 * i, 2) for i in range(21))
 class Params(BaseParams):
     """Parameters of the small-scale Self-REF reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(5, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     ops: tuple[str, ...] = param(qa_data.OPS, choices=qa_data.OPS, help="operations of the QA mixture")
     fact_seen_frac: float = param(0.5, lo=0.0, hi=1.0, help="share of FACT triples that appear in pre-training")
     n_layer: int = param(2, lo=1, hi=6, help="layers of the small GPT-2")
@@ -304,6 +304,15 @@ def glue_values(results: Results) -> dict[str, float]:
             key = v.id.replace("-", "_")
             out[f"claim_{key}_sd"] = float(np.std(v.per_seed, ddof=1))
             out[f"claim_{key}_halfwidth"] = float((v.interval[1] - v.interval[0]) / 2)
+    # the seed whose Self-REF score is flattest on V (the collapse the spec warns about), and what it does
+    sh = measures(results, sharp_condition(results))
+    flat = sh["conf_val_std"].idxmin()
+    out["sharp_conf_val_std_min"] = float(sh.loc[flat, "conf_val_std"])
+    out["sharp_auroc_selfref_flattest"] = float(sh.loc[flat, "auroc_selfref"])
+    out["sharp_route_gain_flattest"] = float(sh.loc[flat, "acc_at_r_Self-REF"] - sh.loc[flat, "acc_at_r_MSP (base)"])
+    for stage in ("base", "sharpen", "selfref", "sft", "strong"):  # CPU seconds of one seed, by stage
+        out[f"cpu_{stage}"] = float(np.mean([o.seconds.get(stage, 0.0) for o in results.seeds]))
+    out["n_seeds"] = float(len(results.seeds))
     tab = per_op_table(results)
     for item, row in tab.iterrows():
         key = str(item).replace(" (", "_").replace(")", "").lower()
