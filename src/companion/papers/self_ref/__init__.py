@@ -48,9 +48,9 @@ class Params(BaseParams):
     fact_seen_frac: float = param(0.5, lo=0.0, hi=1.0, help="share of FACT triples that appear in pre-training")
     n_layer: int = param(2, lo=1, hi=6, help="layers of the small GPT-2")
     n_embd: int = param(64, lo=32, hi=256, help="width of the small GPT-2 (4 heads)")
-    base_steps: int = param(800, lo=100, hi=100_000, help="pre-training steps of the base model on P")
+    base_steps: int = param(600, lo=100, hi=100_000, help="pre-training steps of the base model on P")
     sharpen_steps: int = param(100, lo=0, hi=100_000, help="steps on the base model's own answers (0 disables)")
-    selfref_steps: int = param(200, lo=50, hi=100_000, help="Self-REF (and plain SFT) fine-tuning steps")
+    selfref_steps: int = param(300, lo=50, hi=100_000, help="Self-REF (and plain SFT) fine-tuning steps")
     strong_steps: int = param(1500, lo=100, hi=100_000, help="training steps of the trained strong model")
     lr_strong: float = param(1e-3, lo=1e-5, hi=1e-2, help="peak Adam step size of the trained strong model "
                              "(100 warm-up steps, then cosine decay)")
