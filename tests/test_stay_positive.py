@@ -266,8 +266,9 @@ def test_every_seed_rows_are_exact_worst_seed_values() -> None:
         return {"tpr": {"jpeg75": tpr75}, "ap": {"clean": ap_clean, "inpaint16": 0.7}, "frac_neg": frac_neg}
 
     gains = [0.2, -0.05, 0.1]
+    keys = {"jpeg": "jpeg75", "inpaint": "inpaint16", "small": "inpaint8"}
     per_seed = [{"heads": {"base": head(0.5, 0.99, 0.4), "lp": head(0.5, 0.99, 0.4),
-                           "sp": head(0.5 + g, 0.99 - 0.005 * i, 0.0)}} for i, g in enumerate(gains)]
+                           "sp": head(0.5 + g, 0.99 - 0.005 * i, 0.0)}, "keys": keys} for i, g in enumerate(gains)]
     values = sp.claim_values(per_seed)
     verdicts = {v.id: v for v in evaluate_all(sp.CLAIMS, values)}
     every = verdicts["jpeg75-recall-every"]
@@ -340,6 +341,30 @@ def test_detector_loads_strictly_and_its_features_are_the_forward_of_the_same_we
     with pytest.raises(RuntimeError, match="Missing key"):
         pdet.load_detector(tmp_path / "missing.pth")
 
+
+def test_a_stream_shared_by_two_sets_is_read_once(detector_files: tuple[Path, Path, dict]) -> None:
+    """Without val/real the threshold set is the training reals, and the test reals double as the clean
+    reals: extract_all reads such a shared stream once and gives both names the same features."""
+    ckpt, img, _ = detector_files
+    net, _ = pdet.load_detector(ckpt)
+    files = pdet.layout(img)
+    files["val_real"] = []
+    sets = pdet.condition_sets(files, 32, (75,), (16,), 85)
+    reads: dict[str, int] = {}
+
+    def counted(name: str, make):
+        def again():
+            reads[name] = reads.get(name, 0) + 1
+            return make()
+        return again
+
+    shared = {}
+    counted_sets = {name: shared.setdefault(make, counted(name, make)) for name, make in sets.items()}
+    feats, examples = pdet.extract_all(net, counted_sets)
+    assert feats["val_real"] is feats["train_real"] and feats["real_clean"] is feats["real_test"]
+    assert reads["train_real"] == reads["real_test"] == 2 and "val_real" not in reads and "real_clean" not in reads
+    np.testing.assert_array_equal(examples["real_clean"], examples["real_test"])
+    assert feats["real_test"].shape[0] == len(files["test_real"])
 
 def test_centre_crop_pads_small_images_and_inpaint_pastes_a_fake_centre(detector_files: tuple[Path, Path, dict]
                                                                        ) -> None:

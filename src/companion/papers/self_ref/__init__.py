@@ -309,8 +309,7 @@ def glue_values(results: Results) -> dict[str, float]:
     flat = sh["conf_val_std"].idxmin()
     out["sharp_conf_val_std_min"] = float(sh.loc[flat, "conf_val_std"])
     out["sharp_auroc_selfref_flattest"] = float(sh.loc[flat, "auroc_selfref"])
-    out["sharp_route_gain_flattest"] = float(sh.loc[flat, "acc_at_r_Self-REF"] - sh.loc[flat, "acc_at_r_MSP (base)"])
-    for stage in ("base", "sharpen", "selfref", "sft", "strong"):  # CPU seconds of one seed, by stage
+    for stage in ("base", "sharpen", "selfref", "sft"):  # CPU seconds of one seed, by stage
         out[f"cpu_{stage}"] = float(np.mean([o.seconds.get(stage, 0.0) for o in results.seeds]))
     out["n_seeds"] = float(len(results.seeds))
     tab = per_op_table(results)

@@ -43,7 +43,8 @@ def train(model: torch.nn.Module, seq: Tensor, labels: Tensor, steps: int, lr: f
           gen: torch.Generator, params: list[Tensor] | None = None, warmup: int = 0) -> list[float]:
     """Adam for ``steps`` minibatches drawn with replacement by ``gen``; the losses.
 
-    ``warmup`` 0: a constant ``lr``; else a linear warm-up over ``warmup`` steps, then cosine decay to 0.
+    ``warmup`` 0: a constant ``lr``; else ``lr`` times a linear warm-up over the first ``warmup`` steps and
+    a cosine decay from 1 to 0 over all ``steps`` (the two factors overlap during the warm-up).
     """
     device = next(model.parameters()).device
     # the fused kernel is the same Adam update in one pass over the weights: a step of the tiny model is cheaper

@@ -139,8 +139,6 @@ def set_keys(params: Params) -> dict[str, str]:
             "small": f"inpaint{min(eval_inpaint_sizes(params))}"}
 
 
-DEFAULT_KEYS = {"jpeg": f"jpeg{CLAIM_Q}", "inpaint": "inpaint16", "small": "inpaint8"}
-
 
 def make_sets(params: Params, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Training pairs, validation reals and every test set, as ``(n, H, W, 3)`` float arrays."""
@@ -489,7 +487,7 @@ CLAIMS = [
 
 def seed_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Each claim's metric on every seed."""
-    keys = per_seed[0].get("keys", DEFAULT_KEYS)
+    keys = per_seed[0]["keys"]
     jq, inp = keys["jpeg"], keys["inpaint"]
     h = [s["heads"] for s in per_seed]
     gain75 = [x["sp"]["tpr"][jq] - x["base"]["tpr"][jq] for x in h]
@@ -526,7 +524,7 @@ def seed_table(results: Results) -> pd.DataFrame:
 
 def head_means(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Mean over seeds of each head's headline numbers."""
-    keys = per_seed[0].get("keys", DEFAULT_KEYS)
+    keys = per_seed[0]["keys"]
     jq, inp = keys["jpeg"], keys["inpaint"]
     out = {}
     for name in HEADS:
@@ -658,7 +656,7 @@ def plot_inpainting(results: Results) -> Figure:
     axes[0].set(xlabel="inpainted area (%)", ylabel="AP (inpainted vs real)")
     axes[0].legend()
     s0 = results.per_seed[0]["heads"]
-    key = results.per_seed[0].get("keys", DEFAULT_KEYS)["inpaint"]
+    key = results.per_seed[0]["keys"]["inpaint"]
     for ax, name in zip(axes[1:], ("base", "sp")):
         lg = s0[name]["logits"]
         if key not in lg:

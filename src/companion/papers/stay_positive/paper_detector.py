@@ -140,7 +140,6 @@ def condition_sets(files: dict[str, Any], side: int, qualities: tuple[int, ...],
                    both_q: int) -> dict[str, Callable[[], Iterator[np.ndarray]]]:
     """Every set the toy evaluates, as lazy image streams keyed by the toy's names."""
     fakes = [p for g in files["generators"].values() for p in g]
-    reals = files["test_real"]
 
     def stream(paths: list[Path], fn: Callable[[int, np.ndarray], np.ndarray] = lambda i, x: x
                ) -> Callable[[], Iterator[np.ndarray]]:
@@ -150,10 +149,13 @@ def condition_sets(files: dict[str, Any], side: int, qualities: tuple[int, ...],
         # The i-th real gets the central square of the (i mod n)-th fake, as the toy's inpaint does.
         return lambda i, x: pp.inpaint(x[None], load_crop(fakes[i % len(fakes)], side)[None], size)[0]
 
-    sets = {"train_real": stream(files["train_real"]), "train_fake": stream(files["train_fake"]),
-            # without val/real, tau comes from the training reals
-            "val_real": stream(files["val_real"] or files["train_real"]),
-            "real_test": stream(reals), "real_clean": stream(reals),
+    reals, train_real = files["test_real"], stream(files["train_real"])
+    real_test = stream(reals)
+    # One stream under two names is read once (extract_all): the test reals have no cleaner version
+    # here, and without val/real tau comes from the training reals.
+    sets = {"train_real": train_real, "train_fake": stream(files["train_fake"]),
+            "val_real": stream(files["val_real"]) if files["val_real"] else train_real,
+            "real_test": real_test, "real_clean": real_test,
             f"real_jpeg{both_q}": stream(reals, lambda i, x: pp.jpeg(x, both_q)), "clean": stream(fakes)}
     for q in qualities:
         sets[f"jpeg{q}"] = stream(fakes, lambda i, x, q=q: pp.jpeg(x, q))
@@ -172,11 +174,14 @@ def cap(files: dict[str, Any], n_train: int, n_test: int) -> dict[str, Any]:
 
 def extract_all(net: tv_resnet.ResNet, sets: dict[str, Callable[[], Iterator[np.ndarray]]]
                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Features of every set, and up to 4 example images of each (for the figures)."""
+    """Features of every set, and up to 4 example images of each (for the figures); a stream shared by
+    several names is read once."""
+    read: dict[Callable[[], Iterator[np.ndarray]], tuple[np.ndarray, np.ndarray]] = {}
     feats, examples = {}, {}
     for name, make in sets.items():
-        feats[name] = features(net, make())
-        examples[name] = np.stack([x for _, x in zip(range(4), make())])
+        if make not in read:
+            read[make] = features(net, make()), np.stack([x for _, x in zip(range(4), make())])
+        feats[name], examples[name] = read[make]
     return feats, examples
 
 
