@@ -178,6 +178,18 @@ def test_tiny_run_is_deterministic_and_checks():
     json.dumps(sr.metrics(a))
 
 
+def test_sft_baseline_runs_only_for_the_sharpened_condition():
+    p = sr.Params.resolve(seeds=1, base_steps=100, sharpen_steps=50, selfref_steps=50, batch_size=16)
+    res = sr.run(p)
+    plain, sharp = res.seeds[0].conditions["plain"], res.seeds[0].conditions["sharp"]
+    assert plain.ok_sft is None and sharp.ok_sft is not None
+    assert "MSP (SFT)" not in sr.curves(res.seeds[0], "plain", res.rates)
+    table = sr.summary_table(res)
+    assert np.isnan(table.loc["AUROC MSP (SFT)", "no sharpening"])
+    assert table.loc["AUROC MSP (SFT)", "sharpened base"] == round(sr.measures(res, "sharp")["auroc_sft"].iloc[0], 3)
+    sr.plot_routing(res)
+
+
 @pytest.fixture(scope="module")
 def tiny_llama_and_jsonl(tmp_path_factory):
     """A tiny random Llama with a word-level tokenizer and a tiny JSONL dataset, saved offline."""

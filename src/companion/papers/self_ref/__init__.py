@@ -43,7 +43,7 @@ RATES = tuple(round(0.05 * i, 2) for i in range(21))
 class Params(BaseParams):
     """Parameters of the small-scale Self-REF reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(5, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(10, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     ops: tuple[str, ...] = param(qa_data.OPS, choices=qa_data.OPS, help="operations of the QA mixture")
     fact_seen_frac: float = param(0.5, lo=0.0, hi=1.0, help="share of FACT triples that appear in pre-training")
     n_layer: int = param(2, lo=1, hi=6, help="layers of the small GPT-2")
@@ -75,7 +75,7 @@ class Params(BaseParams):
     lora_rank: int = param(16, lo=1, hi=256, help="paper preset: LoRA rank")
 
     PRESETS = {
-        "full": {"seeds": 5, "base_steps": 1500, "sharpen_steps": 200, "selfref_steps": 400,
+        "full": {"seeds": 6, "base_steps": 1500, "sharpen_steps": 200, "selfref_steps": 400,
                  "mask_ablation": True, "strong_model": "trained"},
         "paper": {"seeds": 1, "use_lora": True, "lr_ft": 1e-4, "selfref_steps": 300, "batch_size": 16},
     }
@@ -134,11 +134,12 @@ def curves(out: SeedOut, cond: str, rates: np.ndarray) -> dict[str, np.ndarray]:
     """Accuracy-vs-routing-rate curves of every method for one seed and condition."""
     c = out.conditions[cond]
     s = out.strong_ok
-    return {"Self-REF": routing.routed_accuracy(c.conf, c.ok_sr, s, rates),
-            "MSP (base)": routing.routed_accuracy(c.msp, c.ok_base, s, rates),
-            "MSP (SFT)": routing.routed_accuracy(c.msp_sft, c.ok_sft, s, rates),
-            "random": routing.random_accuracy(c.ok_sr, s, rates),
-            "oracle": routing.oracle_accuracy(c.ok_sr, s, rates)}
+    cur = {"Self-REF": routing.routed_accuracy(c.conf, c.ok_sr, s, rates),
+           "MSP (base)": routing.routed_accuracy(c.msp, c.ok_base, s, rates)}
+    if c.ok_sft is not None:
+        cur["MSP (SFT)"] = routing.routed_accuracy(c.msp_sft, c.ok_sft, s, rates)
+    return cur | {"random": routing.random_accuracy(c.ok_sr, s, rates),
+                  "oracle": routing.oracle_accuracy(c.ok_sr, s, rates)}
 
 
 def seed_measures(out: SeedOut, cond: str, rates: np.ndarray, report_rate: float) -> dict[str, float]:
@@ -153,8 +154,7 @@ def seed_measures(out: SeedOut, cond: str, rates: np.ndarray, report_rate: float
           "rstar_random": routing.rate_to_match(rates, cur["random"], target),
           "rstar_msp": routing.rate_to_match(rates, cur["MSP (base)"], target),
           "auroc_selfref": routing.auroc(c.conf, c.ok_sr), "auroc_msp": routing.auroc(c.msp, c.ok_base),
-          "auroc_sft": routing.auroc(c.msp_sft, c.ok_sft),
-          "acc_base": float(c.ok_base.mean()), "acc_selfref": float(c.ok_sr.mean()), "acc_sft": float(c.ok_sft.mean()),
+          "acc_base": float(c.ok_base.mean()), "acc_selfref": float(c.ok_sr.mean()),
           "acc_strong": float(out.strong_ok.mean()),
           "ece_selfref": routing.ece(c.conf, c.ok_sr), "ece_msp": routing.ece(c.msp, c.ok_base),
           "unk_auroc_selfref": routing.auroc(np.r_[c.conf[c.ok_sr], c.conf_unans],
@@ -171,6 +171,8 @@ def seed_measures(out: SeedOut, cond: str, rates: np.ndarray, report_rate: float
     within = [w for w in within if not np.isnan(w[0]) and not np.isnan(w[1])]
     m["within_op_auroc_selfref"] = float(np.mean([w[0] for w in within])) if within else float("nan")
     m["within_op_auroc_msp"] = float(np.mean([w[1] for w in within])) if within else float("nan")
+    if c.ok_sft is not None:
+        m["auroc_sft"], m["acc_sft"] = routing.auroc(c.msp_sft, c.ok_sft), float(c.ok_sft.mean())
     if c.ok_unmasked is not None:
         m["acc_unmasked"] = float(c.ok_unmasked.mean())
         m["auroc_unmasked"] = routing.auroc(c.conf_unmasked, c.ok_unmasked)
@@ -299,9 +301,10 @@ def glue_values(results: Results) -> dict[str, float]:
         m = measures(results, cond)
         for k in m.columns:
             out[f"{cond}_{k}".replace(" ", "_").replace("(", "").replace(")", "").replace("-", "_")] = float(m[k].mean())
-    for v in check(results):  # how wide each statistical row's interval is, and why (the seeds' spread)
+    for v in check(results):  # each row's value; a statistical row's interval width and why (the seeds' spread)
+        key = v.id.replace("-", "_")
+        out[f"claim_{key}_value"] = float(v.value)
         if v.kind == "statistical" and len(v.per_seed) > 1:
-            key = v.id.replace("-", "_")
             out[f"claim_{key}_sd"] = float(np.std(v.per_seed, ddof=1))
             out[f"claim_{key}_halfwidth"] = float((v.interval[1] - v.interval[0]) / 2)
     # the seed whose Self-REF score is flattest on V (the collapse the spec warns about), and what it does
@@ -330,7 +333,7 @@ def plot_routing(results: Results) -> Figure:
     fig, axes = plotting.figure(len(conds), 1, width=5.0, height=3.6)
     for ax, cond in zip(axes, conds):
         cur = [curves(o, cond, results.rates) for o in results.seeds]
-        for name in COLORS:
+        for name in (n for n in COLORS if n in cur[0]):
             ax.plot(results.rates, np.mean([c[name] for c in cur], 0), label=name, color=COLORS[name],
                     ls="--" if name in ("random", "oracle") else "-")
         ax.axhline(np.mean([o.conditions[cond].ok_sr.mean() for o in results.seeds]), color="C0", lw=0.8, ls=":")
