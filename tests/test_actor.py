@@ -116,6 +116,22 @@ def test_actor_moves_pseudo_projection_down(small):
     assert float(after) < float(before)
 
 
+def test_harmful_geometry_is_neutral_on_an_unchanged_model_and_linear_in_alpha(small):
+    model, data = small
+    prompts = data.eval["harmful"][:20]
+    coef = np.linspace(-2.0, 3.0, len(prompts))
+    same = paper._harmful_geometry(model, copy.deepcopy(model), 1, prompts, 1.0, coef)
+    assert same["cos_after_before"] == pytest.approx(1.0, abs=1e-6)
+    assert same["norm_after_over_before"] == pytest.approx(1.0, abs=1e-6)
+    doubled = paper._harmful_geometry(model, model, 1, prompts, 2.0, coef)
+    assert doubled["shift_over_norm"] == pytest.approx(2 * same["shift_over_norm"])
+    moved = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in decoder_blocks(moved)[1].parameters():
+            p.mul_(-1.0)
+    assert paper._harmful_geometry(model, moved, 1, prompts, 1.0, coef)["cos_after_before"] < 0.999
+
+
 def test_refusal_metric():
     logits = torch.zeros(3, len(lang.VOCAB))
     logits[:, lang.SORRY] = 1.0
@@ -250,3 +266,4 @@ def test_run_paper_in_process(tiny_llm_and_prompts):
     v = {x.id: x for x in paper.check(res)}
     assert v["one-layer-only"].verdict == "HOLDS"
     json.dumps(paper.metrics(res))
+    assert np.isnan(paper.page_numbers(res, list(v.values()))["harm_cos_after_before"])

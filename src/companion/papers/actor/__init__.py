@@ -126,6 +126,19 @@ def _coefficients(model: torch.nn.Module, layer: int, r_hat: torch.Tensor, centr
                 for k, v in sets.items()}
 
 
+def _harmful_geometry(base: torch.nn.Module, model: torch.nn.Module, layer: int, prompts: np.ndarray, alpha: float,
+                      coef: np.ndarray) -> dict[str, float]:
+    """How ACTOR moved held-out harmful prompts at ``layer``: the first epoch's shift size relative to the
+    activation's length, and the cosine and length ratio between the activations after and before."""
+    q = toy.queries(prompts)
+    with torch.no_grad():
+        before, after = read(base, layer, q), read(model, layer, q)
+    norm = before.norm(dim=1)
+    return {"shift_over_norm": float((alpha * torch.from_numpy(coef).abs() / norm).mean()),
+            "cos_after_before": float(torch.nn.functional.cosine_similarity(after, before).mean()),
+            "norm_after_over_before": float((after.norm(dim=1) / norm).mean())}
+
+
 def run_seed(params: Params, seed: int) -> dict[str, Any]:
     """Train the over-aligned base model of one seed, run ACTOR, its variants and the baselines, and measure."""
     torch.manual_seed(seed)
@@ -154,6 +167,8 @@ def run_seed(params: Params, seed: int) -> dict[str, Any]:
     frame = (r_hat, a_b.mean(0) if params.projection_origin == "benign_mean" else None)
     out["coef_before"] = _coefficients(base, layer, *frame, data.eval)
     out["coef_after"] = _coefficients(model, layer, *frame, data.eval)
+    out["harm_geometry"] = _harmful_geometry(base, model, layer, data.eval["harmful"], params.alpha,
+                                             out["coef_before"]["harmful"])
     other = "zero" if params.projection_origin == "benign_mean" else "benign_mean"
     out["rates"][f"ACTOR, origin {other}"] = toy.rates(_variant(base, layer, data, params, origin=other)[0], data.eval)
     out["beta"] = {params.beta_retain: out["rates"]["ACTOR"]["utility"]}
@@ -362,7 +377,12 @@ def page_numbers(results: Results, verdicts: list[Verdict]) -> dict[str, Any]:
             "uniform_ceiling": ceiling_seeds(results, "uniform shift"),
             "sft_ceiling": ceiling_seeds(results, "SFT (block l*)"),
             "sft_time_ratio": m.get("sft_layer_over_actor_seconds", nan),
-            "frac": m["trainable_fraction"], "layer": int(max(set(m["layers"]), key=m["layers"].count))}
+            "frac": m["trainable_fraction"], "layer": int(max(set(m["layers"]), key=m["layers"].count)),
+            **{f"harm_{k}": float(np.mean([s["harm_geometry"][k] for s in results.per_seed]))
+               if "harm_geometry" in results.per_seed[0] else nan
+               for k in ("shift_over_norm", "cos_after_before", "norm_after_over_before")},
+            "harm_c_after_min": min((float(np.mean(s["coef_after"]["harmful"])) for s in results.per_seed
+                                     if s.get("coef_after")), default=nan)}
 
 
 # ---------------------------------------------------------------- figures
