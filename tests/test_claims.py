@@ -12,7 +12,7 @@ from companion.claims import Claim, evaluate
 
 @pytest.mark.parametrize("values, verdict", [
     ([0.70, 0.72, 0.71], "HOLDS"), ([0.30, 0.32, 0.31], "FAILS"), ([0.2, 0.9, 0.6], "INCONCLUSIVE"),
-    ([0.5, 0.5, 0.5], "HOLDS"), ([0.6], "HOLDS"),
+    ([0.5, 0.5, 0.5], "HOLDS"), ([0.6], "INCONCLUSIVE"),
 ])
 def test_verdicts_for_at_least(values, verdict):
     assert evaluate(Claim("c", "s", "p", 0.5, ">="), values).verdict == verdict
@@ -55,7 +55,7 @@ def test_evaluate_all_requires_every_claim():
 
 def test_table_and_text_table_show_every_claim():
     vs = [evaluate(Claim("a", "s", "p", 0.5), [0.7, 0.8, 0.75])]
-    assert list(claims.table(vs).index) == ["a"]
+    assert list(claims.table(vs).findings.index) == ["a"]
     text = claims.format_table([v.to_dict() for v in vs])
     assert "a" in text and "HOLDS" in text and ">= 0.5" in text
 
@@ -79,7 +79,7 @@ def test_exact_claim_takes_one_value_and_has_no_interval():
     assert v.verdict == "HOLDS" and v.interval is None and v.kind == "exact"
     assert v.to_dict()["interval"] is None
     assert evaluate(c, [2e-6]).verdict == "FAILS"
-    assert claims.format_table([v.to_dict()]).splitlines()[1].split()[2] == "exact"
+    assert claims.format_table([v.to_dict()]).splitlines()[1].split()[3] == "exact"
 
 
 def test_exact_claim_refuses_a_value_copied_across_seeds():
@@ -102,3 +102,66 @@ def test_worst_picks_the_seed_closest_to_failing():
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="kind"):
         Claim("a", "", "", 0.0, kind="approximate")
+
+
+def test_one_seed_gives_no_verdict_for_a_statistical_claim():
+    v = evaluate(Claim("c", "s", "p", 0.5, ">="), [0.9])
+    assert v.verdict == "INCONCLUSIVE" and v.per_seed == (0.9,)
+
+
+def _finding(controls=("shuffled",)) -> Claim:
+    return Claim("gap", "top minus rest", "0.3", 0.1, ">=", controls=controls)
+
+
+def test_a_finding_discriminates_only_when_every_control_fails_the_same_test():
+    held = claims.evaluate_all([_finding()], {"gap": [0.5, 0.52, 0.48], "gap@shuffled": [0.0, 0.01, -0.01]})[0]
+    assert held.verdict == "HOLDS" and held.controls[0].verdict == "FAILS" and held.discriminates
+    both = claims.evaluate_all([_finding()], {"gap": [0.5, 0.52, 0.48], "gap@shuffled": [0.4, 0.41, 0.39]})[0]
+    assert both.verdict == "HOLDS" and both.controls[0].verdict == "HOLDS" and both.discriminates is False
+    unsure = claims.evaluate_all([_finding()], {"gap": [0.5, 0.52, 0.48], "gap@shuffled": [-0.5, 0.9, 0.1]})[0]
+    assert unsure.controls[0].verdict == "INCONCLUSIVE" and unsure.discriminates is False
+    alone = claims.evaluate_all([_finding(())], {"gap": [0.5, 0.52, 0.48]})[0]
+    assert alone.verdict == "HOLDS" and alone.discriminates is False
+
+
+def test_a_check_has_no_controls_and_no_discrimination():
+    check = Claim("identity", "s", "p", 1e-9, "<=", kind="exact", role="check")
+    v = claims.evaluate_all([check], {"identity": 0.0})[0]
+    assert v.verdict == "HOLDS" and v.discriminates is None and "controls" not in v.to_dict()
+    with pytest.raises(ValueError, match="check has no controls"):
+        Claim("c", "s", "p", 0.0, role="check", controls=("x",))
+    with pytest.raises(ValueError, match="role"):
+        Claim("c", "s", "p", 0.0, role="evidence")
+
+
+def test_a_missing_control_value_is_an_error():
+    with pytest.raises(KeyError, match="gap@shuffled"):
+        claims.evaluate_all([_finding()], {"gap": [0.5, 0.52, 0.48]})
+
+
+def test_rejudge_reapplies_todays_thresholds_to_stored_values():
+    stored = [v.to_dict() for v in claims.evaluate_all(
+        [_finding()], {"gap": [0.5, 0.52, 0.48], "gap@shuffled": [0.2, 0.21, 0.19]})]
+    assert stored[0]["verdict"] == "HOLDS" and stored[0]["discriminates"] is False
+    stricter = Claim("gap", "top minus rest", "0.3", 0.3, ">=", controls=("shuffled",))
+    again = claims.rejudge(json.loads(json.dumps(stored)), [stricter])[0]
+    assert again["verdict"] == "HOLDS" and again["controls"][0]["verdict"] == "FAILS" and again["discriminates"]
+    assert again["per_seed"] == stored[0]["per_seed"] and again["threshold"] == 0.3
+    with pytest.raises(claims.NotRejudgeable, match="control 'untrained'"):
+        claims.rejudge(stored, [Claim("gap", "s", "p", 0.1, controls=("shuffled", "untrained"))])
+    with pytest.raises(claims.NotRejudgeable, match="exact"):
+        claims.rejudge(stored, [Claim("gap", "s", "p", 0.1, kind="exact")])
+
+
+def test_counts_and_tables_separate_findings_from_checks():
+    found = claims.evaluate_all(
+        [_finding(), Claim("identity", "s", "p", 1e-9, "<=", kind="exact", role="check")],
+        {"gap": [0.5, 0.52, 0.48], "gap@shuffled": [0.4, 0.41, 0.39], "identity": 0.0})
+    records = [v.to_dict() for v in found]
+    assert claims.counts(records) == {"discriminating": 0, "holds, not discriminating": 1, "fails": 0,
+                                      "inconclusive": 0, "checks": 1}
+    tables = claims.table(found)
+    assert list(tables.findings.index) == ["gap"] and list(tables.checks.index) == ["identity"]
+    assert "shuffled 0.4 HOLDS" in tables.findings.loc["gap", "controls (same test)"]
+    text = claims.format_table(records)
+    assert "no (a control holds or is inconclusive)" in text and "check" in text

@@ -10,13 +10,21 @@ A :class:`Claim` states what the paper says, its own number, and a falsifiable n
 - ``exact``: an identity, an agreement with a reference to a tolerance, a count that does not
   depend on the seed, or a worst case over seeds (:func:`worst`): one value, ``HOLDS`` or
   ``FAILS``, no interval. Copying one value across seeds to make an interval is refused.
+
+A claim also declares its **role**: a ``finding`` is a statement of the paper that could fail at
+this scale; a ``check`` is a consistency check, precondition, identity or agreement with a
+reference, shown apart and never counted as reproduction. A finding names its **controls**: the same
+measurement with the paper's effect removed (an untrained model, a shuffled pairing, the strongest
+plain baseline, the method without its key ingredient), measured in the same run on the same seeds
+and judged here by the same test. A finding *discriminates* when it HOLDS and every control FAILS;
+one without a measured control does not. Control values are handed in under ``"<id>@<control>"``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -26,6 +34,8 @@ from scipy import stats
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "FAILS", "INCONCLUSIVE"
 KINDS = ("statistical", "exact")
+ROLES = ("finding", "check")
+CONTROL_SEP = "@"
 OUTPUT_ENV = "COMPANION_OUTPUT"
 
 
@@ -40,6 +50,8 @@ class Claim:
     direction: Literal[">=", "<="] = ">="
     interval: Literal["t", "bootstrap"] = "t"
     kind: Literal["statistical", "exact"] = "statistical"
+    role: Literal["finding", "check"] = "finding"
+    controls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.direction not in (">=", "<="):
@@ -48,6 +60,33 @@ class Claim:
             raise ValueError(f"claim {self.id}: interval must be 't' or 'bootstrap'")
         if self.kind not in KINDS:
             raise ValueError(f"claim {self.id}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"claim {self.id}: role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if self.role == "check" and self.controls:
+            raise ValueError(f"claim {self.id}: a check has no controls (only a finding is tested against one)")
+        if isinstance(self.controls, str) or len(set(self.controls)) != len(self.controls):
+            raise ValueError(f"claim {self.id}: controls must be a tuple of distinct names")
+
+    def control_key(self, control: str) -> str:
+        """The key under which the measured values of ``control`` are handed to :func:`evaluate_all`."""
+        return f"{self.id}{CONTROL_SEP}{control}"
+
+
+@dataclass(frozen=True)
+class ControlVerdict:
+    """A finding's control: the same test on the measurement with the paper's effect removed."""
+
+    name: str
+    value: float
+    interval: tuple[float, float] | None
+    per_seed: tuple[float, ...]
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The control's JSON record."""
+        return {"name": self.name, "value": self.value,
+                "interval": None if self.interval is None else list(self.interval),
+                "per_seed": list(self.per_seed), "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -64,12 +103,26 @@ class Verdict:
     verdict: str
     per_seed: tuple[float, ...] = field(default=())
     kind: str = "statistical"
+    role: str = "finding"
+    controls: tuple[ControlVerdict, ...] = ()
+
+    @property
+    def discriminates(self) -> bool | None:
+        """A finding: HOLDS while every control FAILS the same test (None for a check)."""
+        if self.role != "finding":
+            return None
+        return self.verdict == HOLDS and bool(self.controls) and all(c.verdict == FAILS for c in self.controls)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON record written to ``results.json`` (an exact claim's interval is null)."""
         out = asdict(self)
         out["interval"] = None if self.interval is None else list(self.interval)
         out["per_seed"] = list(self.per_seed)
+        if self.role == "finding":
+            out["controls"] = [c.to_dict() for c in self.controls]
+            out["discriminates"] = self.discriminates
+        else:
+            out.pop("controls")
         return out
 
 
@@ -115,7 +168,7 @@ def _evaluate_exact(claim: Claim, measured: float | Iterable[float]) -> Verdict:
         ok = value >= claim.threshold if claim.direction == ">=" else value <= claim.threshold
         verdict = HOLDS if ok else FAILS
     return Verdict(claim.id, claim.statement, claim.paper_value, value, None, claim.threshold,
-                   claim.direction, verdict, (), "exact")
+                   claim.direction, verdict, (), "exact", claim.role)
 
 
 def evaluate(claim: Claim, per_seed: float | Iterable[float]) -> Verdict:
@@ -128,8 +181,11 @@ def evaluate(claim: Claim, per_seed: float | Iterable[float]) -> Verdict:
     if any(np.isnan(values)):
         return Verdict(claim.id, claim.statement, claim.paper_value, float("nan"),
                        (float("nan"), float("nan")), claim.threshold, claim.direction,
-                       INCONCLUSIVE, values)
+                       INCONCLUSIVE, values, role=claim.role)
     mean, lo, hi = mean_interval(values, claim.interval)
+    if len(values) < 2:  # one seed has no interval: it can neither hold nor fail a statistical test
+        return Verdict(claim.id, claim.statement, claim.paper_value, mean, (lo, hi), claim.threshold,
+                       claim.direction, INCONCLUSIVE, values, role=claim.role)
     sign = 1.0 if claim.direction == ">=" else -1.0
     margin_mean, margin_lo, margin_hi = (sign * (v - claim.threshold) for v in (mean, lo, hi))
     worst, best = min(margin_lo, margin_hi), max(margin_lo, margin_hi)
@@ -140,16 +196,59 @@ def evaluate(claim: Claim, per_seed: float | Iterable[float]) -> Verdict:
     else:
         verdict = INCONCLUSIVE
     return Verdict(claim.id, claim.statement, claim.paper_value, mean, (lo, hi),
-                   claim.threshold, claim.direction, verdict, values)
+                   claim.threshold, claim.direction, verdict, values, role=claim.role)
+
+
+def _control(claim: Claim, name: str, measured: float | Iterable[float]) -> ControlVerdict:
+    """``claim``'s test applied to one control's values."""
+    v = evaluate(claim, measured)
+    return ControlVerdict(name, v.value, v.interval, v.per_seed, v.verdict)
+
+
+def evaluate_with_controls(claim: Claim, per_seed: Mapping[str, float | Sequence[float]]) -> Verdict:
+    """Evaluate ``claim`` and each of its controls, found in ``per_seed`` under :meth:`Claim.control_key`."""
+    verdict = evaluate(claim, per_seed[claim.id])
+    controls = tuple(_control(claim, name, per_seed[claim.control_key(name)]) for name in claim.controls)
+    return replace(verdict, controls=controls)
 
 
 def evaluate_all(claims: Sequence[Claim], per_seed: Mapping[str, float | Sequence[float]]) -> list[Verdict]:
-    """Evaluate every claim on its entry of ``per_seed`` (claim id -> values per seed, or one value
-    for an exact claim)."""
-    missing = [c.id for c in claims if c.id not in per_seed]
+    """Evaluate every claim (and its controls) on its entries of ``per_seed``: claim id -> values per
+    seed (one value for an exact claim), ``"<id>@<control>"`` -> the control's values."""
+    needed = [key for c in claims for key in (c.id, *map(c.control_key, c.controls))]
+    missing = [key for key in needed if key not in per_seed]
     if missing:
         raise KeyError(f"no measured values for claims: {', '.join(missing)}")
-    return [evaluate(c, per_seed[c.id]) for c in claims]
+    return [evaluate_with_controls(c, per_seed) for c in claims]
+
+
+class NotRejudgeable(ValueError):
+    """A stored record lacks values that today's claim declarations need: it must be re-run."""
+
+
+def _stored_values(record: Mapping[str, Any], kind: str) -> float | list[float]:
+    """The measured values a stored claim (or control) record was judged on (null is NaN)."""
+    if kind == "exact":
+        return float("nan") if record.get("value") is None else float(record["value"])
+    return [float("nan") if v is None else float(v) for v in record["per_seed"]]
+
+
+def rejudge(stored: Sequence[Mapping[str, Any]], claims: Sequence[Claim]) -> list[dict[str, Any]]:
+    """Today's verdicts on a record's stored per-seed values (claim records in declaration order);
+    raises :class:`NotRejudgeable` when a declared claim or control was not measured, or changed kind."""
+    by_id = {c["id"]: c for c in stored}
+    values: dict[str, float | list[float]] = {}
+    for claim in claims:
+        old = by_id.get(claim.id)
+        if old is None or old.get("kind", "statistical") != claim.kind:
+            raise NotRejudgeable(f"claim {claim.id} is not in the record as a {claim.kind} claim")
+        values[claim.id] = _stored_values(old, claim.kind)
+        controls = {c["name"]: c for c in old.get("controls", [])}
+        for name in claim.controls:
+            if name not in controls:
+                raise NotRejudgeable(f"claim {claim.id}: control {name!r} was not measured")
+            values[claim.control_key(name)] = _stored_values(controls[name], claim.kind)
+    return [_jsonable(v.to_dict()) for v in evaluate_all(claims, values)]
 
 
 def fmt(x: float | None) -> str:
@@ -162,43 +261,105 @@ def fmt_interval(interval: Sequence[float | None] | None) -> str:
     return "exact" if interval is None else f"[{fmt(interval[0])}, {fmt(interval[1])}]"
 
 
-def table(verdicts: Sequence[Verdict]) -> pd.DataFrame:
-    """The verdict table shown on a page: claim, paper's number, ours with interval, test."""
+def _controls_text(controls: Iterable[Mapping[str, Any]]) -> str:
+    """A finding's controls in one cell: ``name value verdict; ...`` (``none`` when unmeasured)."""
+    parts = [f"{c['name']} {fmt(c['value'])} {c['verdict']}" for c in controls]
+    return "; ".join(parts) or "none measured"
+
+
+def _discriminates_text(record: Mapping[str, Any]) -> str:
+    """``yes`` / ``no`` for a finding (``no`` names why), ``–`` for a check."""
+    if record.get("role", "finding") != "finding":
+        return "–"
+    if record.get("discriminates"):
+        return "yes"
+    if record["verdict"] != HOLDS:
+        return "no (does not hold)"
+    return "no (a control holds or is inconclusive)" if record.get("controls") else "no (no control)"
+
+
+def _row(v: Mapping[str, Any]) -> dict[str, Any]:
+    row = {
+        "claim": v["id"],
+        "statement": v["statement"],
+        "paper": v["paper_value"],
+        "ours": fmt(v["value"]),
+        "95% interval": fmt_interval(v["interval"]),
+        "test": f"{v['direction']} {v['threshold']:g}",
+        "seeds": len(v["per_seed"]) if v.get("kind", "statistical") == "statistical" else "–",
+        "verdict": v["verdict"],
+    }
+    if v.get("role", "finding") == "finding":
+        row["controls (same test)"] = _controls_text(v.get("controls", []))
+        row["discriminates"] = _discriminates_text(v)
+    return row
+
+
+@dataclass(frozen=True)
+class ClaimTables:
+    """A page's claims: the findings with their controls, then the checks, as two tables."""
+
+    findings: pd.DataFrame
+    checks: pd.DataFrame
+
+    def _repr_html_(self) -> str:
+        parts = [f"<p><b>Findings</b> (evidence for or against the paper; a finding discriminates when it "
+                 f"holds and every control fails the same test)</p>{self.findings.to_html()}"]
+        if len(self.checks):
+            parts.append(f"<p><b>Checks</b> (identities, preconditions, agreement with a reference; not "
+                         f"counted as reproduction)</p>{self.checks.to_html()}")
+        return "\n".join(parts)
+
+    def __repr__(self) -> str:
+        out = f"Findings\n{self.findings.to_string()}"
+        return out + (f"\n\nChecks\n{self.checks.to_string()}" if len(self.checks) else "")
+
+
+def table(verdicts: Sequence[Verdict | Mapping[str, Any]]) -> ClaimTables:
+    """The claims shown on a page: findings (with controls and whether they discriminate), then checks."""
     pd.set_option("display.max_colwidth", None)  # a claim's statement is shown whole, never cut
-    rows = [
-        {
-            "claim": v.id,
-            "statement": v.statement,
-            "paper": v.paper_value,
-            "ours": fmt(v.value),
-            "95% interval": fmt_interval(v.interval),
-            "test": f"{v.direction} {v.threshold:g}",
-            "seeds": len(v.per_seed) if v.kind == "statistical" else "–",
-            "verdict": v.verdict,
-        }
-        for v in verdicts
-    ]
-    return pd.DataFrame(rows).set_index("claim")
+    records = [v.to_dict() if isinstance(v, Verdict) else v for v in verdicts]
+    frames = {}
+    for role in ROLES:
+        rows = [_row(r) for r in records if r.get("role", "finding") == role]
+        frames[role] = pd.DataFrame(rows).set_index("claim") if rows else pd.DataFrame()
+    return ClaimTables(frames["finding"], frames["check"])
 
 
 def format_table(claims: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text verdict table from ``results.json`` claim records, for the terminal."""
     if not claims:
         return "(no claims recorded)"
-    header = ("claim", "ours", "95% interval", "test", "verdict")
+    header = ("claim", "role", "ours", "95% interval", "test", "verdict", "controls (same test)", "discriminates")
     rows = [
         (
             c["id"],
+            c.get("role", "finding"),
             fmt(c["value"]),
             fmt_interval(c["interval"]),
             f"{c.get('direction', '>=')} {c['threshold']:g}",
             c["verdict"],
+            _controls_text(c.get("controls", [])) if c.get("role", "finding") == "finding" else "–",
+            _discriminates_text(c),
         )
         for c in claims
     ]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in (header, *rows)]
     return "\n".join(lines)
+
+
+def counts(claims: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """A record's scorecard: findings that discriminate, hold without discriminating, fail, are
+    inconclusive; and the checks apart."""
+    findings = [c for c in claims if c.get("role", "finding") == "finding"]
+    return {
+        "discriminating": sum(bool(c.get("discriminates")) for c in findings),
+        "holds, not discriminating": sum(c["verdict"] == HOLDS and not c.get("discriminates") for c in findings),
+        "fails": sum(c["verdict"] == FAILS for c in findings),
+        "inconclusive": sum(c["verdict"] == INCONCLUSIVE for c in findings),
+        "checks": len(claims) - len(findings),
+    }
 
 
 def verdict_lines(verdicts: Sequence[Verdict]) -> str:
@@ -221,12 +382,21 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _kernel_facts() -> dict[str, Any]:
+    """What this kernel actually ran: the parameters it resolved and the companion modules it imported."""
+    import sys
+
+    from companion.params import kernel_params
+
+    return {"params": kernel_params(), "modules": sorted(m for m in sys.modules if m.split(".")[0] == "companion")}
+
+
 def emit(verdicts: Sequence[Verdict], metrics: Mapping[str, Any] | None = None) -> None:
     """Print the verdict lines and, under the runner, hand claims and metrics to it as JSON."""
     print(verdict_lines(verdicts))
     target = os.environ.get(OUTPUT_ENV)
     if target:
-        payload = {"claims": [v.to_dict() for v in verdicts], "metrics": metrics or {}}
+        payload = {"claims": [v.to_dict() for v in verdicts], "metrics": metrics or {}, "kernel": _kernel_facts()}
         path = Path(target)
         partial = path.with_name(f".{path.name}.partial")
         partial.write_text(json.dumps(_jsonable(payload), indent=1))

@@ -1,4 +1,4 @@
-"""``companion list | params | run | run-all | sweep | store | status | fetch``: DESIGN.md's contract.
+"""``companion list | params | run | run-all | sweep | store | status | rejudge | verify | open | fetch``.
 
 Exit codes: 0 the notebook(s) ran to the end (whatever the verdicts), 1 a notebook failed or the
 disk refused a write, 2 a usage error (unknown paper, parameter, type, range or path), reported
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from companion import registry
+from companion import numerics, registry
 from companion.params import PRESET_NAMES, ParamError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -209,6 +209,8 @@ def status_rows(root: Path) -> list[dict[str, Any]]:
                 "wall_seconds": prov.get("wall_seconds"), "cpu_seconds": prov.get("cpu_seconds"),
                 "load_average": prov.get("load_average"), "started": prov.get("started"),
                 "commit": prov.get("commit"), "dirty": prov.get("dirty"), "current": stored.current,
+                "judged": stored.judged, "env_drift": stored.env_drift, "state": stored.state,
+                "cpu": prov.get("cpu"),
             })
         rows.append({"paper": slug, "records": records})
     return rows
@@ -226,7 +228,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
     print(f"{'paper':24s} {'record':20s} {'status':8s} {'wall s':>7s} {'cpu s':>7s} {'load':>5s} "
-          f"{'code':8s} verdicts")
+          f"{'state':18s} verdicts")
     for row in rows:
         if not row["records"]:
             print(f"{row['paper']:24s} {'-':20s}")
@@ -234,10 +236,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             if not r["readable"]:
                 print(f"{row['paper']:24s} {r['file']:20s} unreadable: {r['error']}")
                 continue
-            code = "current" if r["current"] else "STALE"
             counts = _counts({"claims": [{"verdict": v} for v in r["verdicts"].values()]})
             print(f"{row['paper']:24s} {r['file']:20s} {r['status']:8s} {r['wall_seconds'] or 0:7.1f} "
-                  f"{_optional(r['cpu_seconds'], 7, 1)} {_optional(r['load_average'], 5, 1)} {code:8s} {counts}")
+                  f"{_optional(r['cpu_seconds'], 7, 1)} {_optional(r['load_average'], 5, 1)} "
+                  f"{r['state'].upper() if not r['current'] else r['state']:18s} {counts}")
     return EXIT_OK
 
 
@@ -265,6 +267,88 @@ def cmd_store(args: argparse.Namespace) -> int:
     return _run_specs(args, specs, show, lambda d: f"failed: {d.spec.name} (see data/results/{d.spec.slug}/)")
 
 
+def _slugs(given: Sequence[str]) -> list[str]:
+    """The papers named (each checked), or every paper when none is."""
+    for slug in given:
+        registry.get(slug)
+    return list(given) or list(registry.PAPERS)
+
+
+def cmd_rejudge(args: argparse.Namespace) -> int:
+    """Re-evaluate stored records' verdicts from their stored values with today's declarations."""
+    from companion import evidence
+
+    root = registry.project_root()
+    unjudgeable = 0
+    for slug in _slugs(args.slugs):
+        for r in evidence.rejudge_paper(root, slug, write=not args.dry_run):
+            name = r.path.relative_to(root)
+            if r.error:
+                unjudgeable += 1
+                print(f"{name}: {r.error}", file=sys.stderr)
+            for claim, old, new in r.moved:
+                print(f"{name}: {claim}: {old} -> {new}")
+    print(f"rejudge: done{' (dry run, nothing written)' if args.dry_run else ''}"
+          + (f"; {unjudgeable} record(s) need a re-run" if unjudgeable else ""))
+    return EXIT_FAILED if unjudgeable else EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Re-run stale records at their stored preset, seed and threads; re-stamp those that reproduce."""
+    from companion import evidence
+    from companion.executor import Spec, run_many
+
+    if args.slugs and args.all:
+        raise UsageError("give paper slugs or --all, not both")
+    if not args.slugs and not args.all:
+        raise UsageError("name the papers to verify, or --all for every paper")
+    root = registry.project_root()
+    todo = evidence.to_verify(root, _slugs(args.slugs), args.preset, args.env)
+    if not todo:
+        print("verify: every record is current" + (" and made in this environment" if args.env else ""))
+        return EXIT_OK
+    failed = 0
+    for threads, group in evidence.by_threads(todo).items():
+        specs = [Spec(slug, record["params"]["preset"], {"seed": str(record["params"]["seed"])}, kind="verify",
+                      label=f"{slug} {record['params']['preset']} seed {record['params']['seed']}")
+                 for slug, record in group]
+        before = {(slug, r["params"]["preset"], r["params"]["seed"]): r for slug, r in group}
+
+        def show(done, before=before) -> None:
+            res = done.record
+            if res is None:
+                print(f"{done.spec.name}: failed ({done.error})", flush=True)
+                return
+            old = before[(done.spec.slug, res["params"]["preset"], res["params"]["seed"])]
+            print(evidence.verify_report(done.spec.name, old, res), flush=True)
+
+        results = run_many(specs, scheduler=args.scheduler, threads=threads, workers=args.workers,
+                           on_done=show, quiet=args.quiet)
+        failed += sum(not d.ok for d in results)
+    left = evidence.to_verify(root, _slugs(args.slugs), args.preset, args.env)
+    for slug, record in left:
+        print(f"still not current: {slug} {record['params']['preset']} seed {record['params']['seed']}",
+              file=sys.stderr)
+    return EXIT_FAILED if failed or left else EXIT_OK
+
+
+def cmd_open(args: argparse.Namespace) -> int:
+    """Copy a paper's page into a scratch folder for editing in Jupyter; the stored page stays as it is."""
+    import shutil
+
+    paper = registry.get(args.slug)
+    root = registry.project_root()
+    folder = Path(args.dir) if args.dir else root / "scratch"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{paper.slug}.ipynb"
+    if target.exists() and not args.force:
+        raise UsageError(f"{target} exists (your earlier edits); --force replaces it with the stored page")
+    shutil.copyfile(paper.notebook(root), target)
+    print(f"{target}\nedit and run it in Jupyter (kernel 'Python (companion)'); the stored page "
+          f"notebooks/{paper.slug}.ipynb is untouched")
+    return EXIT_OK
+
+
 def _run_specs(args: argparse.Namespace, specs: list[Any], show: Callable[[Any], None],
                failure: Callable[[Any], str]) -> int:
     """Run the tasks on the chosen cluster, name each failed one on stderr; exit 1 if any failed."""
@@ -278,13 +362,14 @@ def _run_specs(args: argparse.Namespace, specs: list[Any], show: Callable[[Any],
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _cluster_options(p: argparse.ArgumentParser) -> None:
+def _cluster_options(p: argparse.ArgumentParser, threads: bool = True) -> None:
     """--scheduler, --threads, --workers: where the notebooks of sweep, store and run-all run."""
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="an existing Dask scheduler (default: $COMPANION_SCHEDULER, else an embedded "
                         "local cluster; 'inline' runs the notebooks one after another in this process)")
-    p.add_argument("--threads", type=int, help="threads per notebook on a worker (default: "
-                                               "$COMPANION_THREADS, else 1)")
+    if threads:  # verify runs each record at the thread count it was stored with
+        p.add_argument("--threads", type=int, help="threads per notebook on a worker (default: "
+                                                   "$COMPANION_THREADS, else 1)")
     p.add_argument("--workers", type=int, help="worker processes of the embedded cluster (default: "
                                                "cores / threads)")
 
@@ -312,6 +397,24 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="stored records per paper: runtime, current or stale, verdicts")
     status.add_argument("--json", action="store_true", help="print the records as JSON")
     status.set_defaults(func=cmd_status)
+    rejudge = sub.add_parser("rejudge", help="re-evaluate stored verdicts from stored values (no compute)")
+    rejudge.add_argument("slugs", nargs="*", help="papers to rejudge (default: all)")
+    rejudge.add_argument("--dry-run", action="store_true", help="print what would move, write nothing")
+    rejudge.set_defaults(func=cmd_rejudge)
+    verify = sub.add_parser("verify", help="re-run stale records; re-stamp the ones that reproduce")
+    verify.add_argument("slugs", nargs="*", help="papers to verify")
+    verify.add_argument("--all", action="store_true", help="every paper")
+    verify.add_argument("--preset", choices=PRESET_NAMES, help="only records of this preset")
+    verify.add_argument("--env", action="store_true",
+                        help="also re-run current records made in another environment (env-drift)")
+    verify.add_argument("--quiet", action="store_true", help="no progress display")
+    _cluster_options(verify, threads=False)
+    verify.set_defaults(func=cmd_verify)
+    open_ = sub.add_parser("open", help="copy a page into scratch/ for editing in Jupyter")
+    open_.add_argument("slug", help="paper slug (see `companion list`)")
+    open_.add_argument("--dir", help="the scratch folder (default: scratch/ in the project)")
+    open_.add_argument("--force", action="store_true", help="replace an earlier copy")
+    open_.set_defaults(func=cmd_open)
     store = sub.add_parser("store", help="run and keep stored records (make notebooks)")
     store.add_argument("slugs", nargs="*", help="papers to store (default: all)")
     store.add_argument("--preset", default="quick", choices=PRESET_NAMES)
@@ -356,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from companion.executor import SchedulerError
     from companion.runner import Interrupted
 
+    numerics.apply()  # before a kernel, a Dask worker or a process pool starts: they inherit it
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -63,7 +63,8 @@ class SchedulerError(ValueError):
 
 @dataclass(frozen=True)
 class Spec:
-    """One notebook to run: ``kind`` is ``run`` (a run folder under runs/) or ``store`` (a stored record)."""
+    """One notebook to run: ``kind`` is ``run`` (a run folder under runs/), ``store`` (a stored record)
+    or ``verify`` (a stored record re-run and re-stamped where its values reproduce)."""
 
     slug: str
     preset: str = "quick"
@@ -146,7 +147,7 @@ def prepare(spec: Spec, root: Path, threads: int | None) -> Task:
 
     with thread_env(threads):
         p = plan(spec.slug, spec.preset, spec.raw, root)
-    if spec.kind == "store":
+    if spec.kind in ("store", "verify"):
         from companion.evidence import UncommittedCode
 
         _, dirty = git_state(root, list(p.covered), p.paper.notebook(root))
@@ -173,18 +174,20 @@ def execute_task(task: Task) -> Done:
                                 "project at the same path as the client (a shared filesystem)")
     with _RUN_LOCK, thread_env(task.threads):
         _event("start", spec)
-        if spec.kind == "store":
+        if spec.kind in ("store", "verify"):
             seed = spec.raw.get("seed")
             t0 = datetime.now(timezone.utc).replace(microsecond=0)
             with redirect_stdout(io.StringIO()):  # the client prints one line per record
                 ok = evidence.store(spec.slug, spec.preset, None if seed is None else int(seed),
-                                    force=spec.force, root=root, progress=spec.progress)
+                                    force=spec.force or spec.kind == "verify", root=root,
+                                    progress=spec.progress, verify=spec.kind == "verify",
+                                    expected_key=task.cache_key)
             path = evidence.record_path(root, spec.slug, spec.preset, task.seed)
             record = read_record(path)
             cached = datetime.fromisoformat(record["provenance"]["started"]) < t0
             return Done(spec, ok, record, str(path), cached, record.get("error"))
         outcome = execute(spec.slug, spec.preset, spec.raw, force=spec.force, root=root,
-                          progress=spec.progress)
+                          progress=spec.progress, expected_key=task.cache_key)
         res = outcome.results
         return Done(spec, outcome.ok, res, str(outcome.folder), outcome.cached, res.get("error"))
 

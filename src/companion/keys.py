@@ -1,15 +1,23 @@
-"""What a paper's run depends on, as two hashes: the code key and the cache key.
+"""What a paper's run depends on, as three hashes: the code key, the verdict key and the cache key.
 
-The **code key** covers what decides a result and lives in the repository: the notebook's code
-cells, the resolved parameters, the source of the paper's package and of every other
-``companion`` module it imports (found by reading the imports, transitively). A stored evidence
-record whose code key differs from the current one is stale. Package versions, paths and machine
-facts are recorded beside it, not compared.
+The **code key** (the measurement key) covers what decides the measured values and lives in the
+repository, by meaning: the notebook's result cells (IPython magics transformed into Python), the
+resolved parameters, and every ``companion`` module the run can execute (the paper's package whole,
+plus what it imports, transitively, and their parent packages). Each source is parsed, never imported,
+and reduced to its abstract syntax tree without docstrings, comments, formatting or line numbers, so
+a reworded docstring, a comment or a reformat leaves every record current, while a changed constant,
+expression or call makes exactly the records that execute it stale. Left out on purpose: the figure
+style of :mod:`companion.plotting` (it computes no value; figures are re-drawn at the next store),
+and, because they decide verdicts, not values, the claim declarations (every ``Claim(...)`` call:
+id, statement, paper value, threshold, direction, kind, role, controls) and the verdict logic of
+:mod:`companion.claims`. They make up the **verdict key**: when only it changes, ``companion
+rejudge`` re-evaluates the stored per-seed values instead of re-running anything. (``claims.worst``
+is the one value-computing helper there: a min or max over seeds, whose meaning must not change.)
 
-The **cache key** adds what decides a result but lives outside the repository: the device and
-thread count the run uses, fingerprints of the external paths it reads (``model_path``,
+The **cache key** adds what decides a result but lives outside the repository: the device, the
+thread count, the numerics profile, fingerprints of the external paths a run reads (``model_path``,
 ``data_path``, ``features_dir``, ...), the Python version and the versions of the third-party
-packages that the code imports. Another paper's code, ``book.py`` or the CLI change neither key.
+packages the code imports. Another paper's code, ``book.py`` or the CLI change no key.
 """
 
 from __future__ import annotations
@@ -19,19 +27,28 @@ import hashlib
 import json
 import platform
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata, util
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import nbformat
 
 PATH_SUFFIXES = ("_path", "_dir")
+PACKAGE_ROOT = Path(__file__).resolve().parent
 # Framework modules that decide no result: the paper list, the commands, the book, the keys
 # themselves. A paper's code may reach them (params asks the registry for the project root), but
 # registering another paper or editing the book must not make this paper's records stale.
 NOT_RESULTS = frozenset(f"companion.{m}" for m in ("registry", "cli", "runner", "sweep", "book", "keys",
-                                                   "bench", "evidence", "executor", "fetch"))
+                                                   "bench", "evidence", "executor", "fetch", "kernelspec",
+                                                   "environment"))
+# Figure style and panel helpers: they draw the page's figures and compute no claim value or metric,
+# so a restyle re-draws the figures at the next store instead of staling every record.
+FIGURE_MODULES = frozenset({"companion.plotting"})
+# Verdict logic: it turns stored per-seed values into verdicts, so it belongs to the verdict key.
+VERDICT_MODULES = frozenset({"companion.claims"})
+CLAIM_CALL = "Claim"
 FULL_HASH_LIMIT = 64 * 2**20
 EDGE_BYTES = 2**20
 
@@ -52,8 +69,90 @@ def code_cells(notebook: Path) -> list[str]:
     return result_cells(nbformat.read(notebook, as_version=4))
 
 
+def python_of_cell(source: str) -> str:
+    """A notebook cell as plain Python: IPython's own transformer rewrites magics and ``!`` lines."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` without a leading string statement (a docstring); an emptied body becomes ``pass``."""
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return body or [ast.Pass()]
+
+
+def _canonical(node: Any) -> Any:
+    """A syntax tree as nested lists: node type, then its non-empty fields by name.
+
+    ``ast.dump`` is not used because its text changes between Python versions (3.13 leaves empty
+    fields out); empty fields are left out here on every version, so a key survives an upgrade
+    that adds a field which the code does not use.
+    """
+    if isinstance(node, ast.AST):
+        fields = []
+        for name, value in ast.iter_fields(node):
+            if name in ("type_comment", "kind") or value is None or value == []:
+                continue
+            fields.append([name, _canonical(value)])
+        return [type(node).__name__, fields]
+    if isinstance(node, list):
+        return [_canonical(v) for v in node]
+    if isinstance(node, (bytes, complex, type(...))):
+        return repr(node)
+    return node
+
+
+class _Normaliser(ast.NodeTransformer):
+    """Drops docstrings and lifts ``Claim(...)`` declarations out of the tree into ``claims``."""
+
+    def __init__(self) -> None:
+        self.claims: list[Any] = []
+
+    def _strip(self, node: ast.AST) -> ast.AST:
+        node.body = _without_docstring(node.body)  # type: ignore[attr-defined]
+        return self.generic_visit(node)
+
+    visit_Module = visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _strip
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name == CLAIM_CALL:
+            self.claims.append(_canonical(node))
+            return ast.Constant(value=CLAIM_CALL)
+        return self.generic_visit(node)
+
+
+def normalise(source: str) -> tuple[bytes, bytes]:
+    """The meaning of Python ``source``: its tree without docstrings or claim declarations, and
+    the declarations apart (both as canonical JSON bytes). Unparsable source hashes as written."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source.encode(), b"[]"
+    lifter = _Normaliser()
+    tree = lifter.visit(tree)
+    return (json.dumps(_canonical(tree), separators=(",", ":")).encode(),
+            json.dumps(lifter.claims, separators=(",", ":")).encode())
+
+
+def module_file(name: str) -> Path | None:
+    """The source file of ``companion`` module ``name``, found on disk (never by importing it)."""
+    parts = name.split(".")
+    if parts[0] != "companion":
+        return None
+    base = PACKAGE_ROOT.joinpath(*parts[1:])
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def _imports(source: str, module: str, is_package: bool) -> set[str]:
-    """Absolute names of the modules that ``source`` (of ``module``) imports."""
+    """Absolute names of the modules that ``source`` (of ``module``) imports, anywhere in it."""
     out: set[str] = set()
     base = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(source)):
@@ -71,24 +170,26 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
     return out
 
 
-def _source_of(name: str) -> tuple[Path | None, bool]:
-    """The source file of module ``name`` and whether it is a package (None when not found)."""
+@lru_cache(maxsize=4096)
+def _parsed(path: Path, stamp: tuple[int, int], name: str) -> tuple[frozenset[str], bytes, bytes]:
+    """Imports, meaning and claim declarations of one file (cached on its size and mtime, so a
+    long-lived process such as a Dask worker sees an edited file anew)."""
+    source = path.read_text()
+    meaning, claims = normalise(source)
     try:
-        spec = util.find_spec(name)
-    except (ImportError, ValueError):
-        return None, False
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None, False
-    return Path(spec.origin), spec.submodule_search_locations is not None
+        imported = frozenset(_imports(source, name, path.name == "__init__.py"))
+    except SyntaxError:
+        imported = frozenset()
+    return imported, meaning, claims
 
 
-@lru_cache(maxsize=None)
-def _module_imports(name: str) -> tuple[Path | None, frozenset[str]]:
-    """The file of ``name`` and the modules it imports (cached per module)."""
-    path, is_package = _source_of(name)
+def parsed(name: str) -> tuple[Path, frozenset[str], bytes, bytes] | None:
+    """The file of ``companion`` module ``name`` with its imports, meaning and claim declarations."""
+    path = module_file(name)
     if path is None:
-        return None, frozenset()
-    return path, frozenset(_imports(path.read_text(), name, is_package))
+        return None
+    st = path.stat()
+    return (path, *_parsed(path, (st.st_mtime_ns, st.st_size), name))
 
 
 def closure(start: Iterable[str], package: str | None = None) -> tuple[dict[str, Path], set[str]]:
@@ -98,7 +199,7 @@ def closure(start: Iterable[str], package: str | None = None) -> tuple[dict[str,
     """
     todo = list(start)
     if package is not None:
-        pkg_path, _ = _source_of(package)
+        pkg_path = module_file(package)
         if pkg_path is not None:
             todo += [f"{package}.{p.stem}" for p in pkg_path.parent.glob("*.py") if p.stem != "__init__"]
             todo.append(package)
@@ -107,7 +208,7 @@ def closure(start: Iterable[str], package: str | None = None) -> tuple[dict[str,
     seen: set[str] = set()
     while todo:
         name = todo.pop()
-        if name in seen or name in NOT_RESULTS:
+        if name in seen or name in NOT_RESULTS or name in FIGURE_MODULES:
             continue
         seen.add(name)
         top = name.split(".")[0]
@@ -115,24 +216,30 @@ def closure(start: Iterable[str], package: str | None = None) -> tuple[dict[str,
             if top and top not in sys.stdlib_module_names:
                 third.add(top)
             continue
-        path, imported = _module_imports(name)
-        if path is None:
+        hit = parsed(name)
+        if hit is None:
             continue
-        found[name] = path
-        todo.extend(imported)
+        found[name] = hit[0]
+        todo.extend(hit[1])
         parent = name.rpartition(".")[0]
         if parent:
             todo.append(parent)
     return found, third
 
 
+def uncovered(imported: Iterable[str], covered: Mapping[str, Path]) -> list[str]:
+    """The ``companion`` modules a kernel imported that a key over ``covered`` would miss."""
+    skip = NOT_RESULTS | FIGURE_MODULES | VERDICT_MODULES
+    return sorted(m for m in imported if m.split(".")[0] == "companion" and m not in covered and m not in skip
+                  and module_file(m) is not None)
+
+
 def notebook_imports(cells: Iterable[str]) -> set[str]:
-    """Modules imported by notebook code (magics and shell lines skipped)."""
+    """Modules imported by notebook code (magics transformed first)."""
     out: set[str] = set()
     for cell in cells:
-        lines = [line for line in cell.splitlines() if not line.lstrip().startswith(("%", "!"))]
         try:
-            out |= _imports("\n".join(lines), "__main__", False)
+            out |= _imports(python_of_cell(cell), "__main__", False)
         except SyntaxError:
             continue
     return out
@@ -190,23 +297,61 @@ def _digest(parts: Iterable[bytes]) -> str:
     return h.hexdigest()
 
 
+def _label(name: str, path: Path) -> bytes:
+    """A covered module as the key names it: its path inside ``src/``, the same on every machine."""
+    return str(path.relative_to(PACKAGE_ROOT.parent) if path.is_relative_to(PACKAGE_ROOT.parent) else name).encode()
+
+
+@dataclass(frozen=True)
+class Keys:
+    """A run's code (measurement) key and verdict key, the modules they cover, its third-party imports."""
+
+    code: str
+    verdict: str
+    modules: dict[str, Path]
+    third: set[str]
+
+
+def keys_of(package: str, notebook: Path, params: Mapping[str, Any], extra: Iterable[str] = ()) -> Keys:
+    """Both repository keys of a run of ``package``'s ``notebook`` at ``params`` (``extra``: modules a
+    kernel reported importing that the source does not name, e.g. through ``importlib``)."""
+    cells = code_cells(notebook)
+    modules, third = closure(notebook_imports(cells) | set(extra), package)
+    code_parts: list[bytes] = []
+    verdict_parts: list[bytes] = []
+    for cell in cells:
+        meaning, claims = normalise(python_of_cell(cell))
+        code_parts.append(meaning)
+        verdict_parts.append(claims)
+    code_parts.append(json.dumps(dict(params), sort_keys=True, default=list).encode())
+    for name in sorted(set(modules) | VERDICT_MODULES):
+        hit = parsed(name)
+        if hit is None:
+            continue
+        path, _, meaning, claims = hit
+        if name in VERDICT_MODULES:
+            verdict_parts += [_label(name, path), meaning]
+        else:
+            code_parts += [_label(name, path), meaning]
+            verdict_parts += [_label(name, path), claims]
+    return Keys(_digest(code_parts), _digest(verdict_parts), modules, third)
+
+
+def params_for_key(params: Any) -> dict[str, Any]:
+    """Resolved parameters as the key sees them: path parameters as spelled relative to the project."""
+    return params.key_dict()
+
+
 def code_key(package: str, notebook: Path, params: Mapping[str, Any]) -> tuple[str, dict[str, Path], set[str]]:
     """The code key of a run, the ``companion`` modules it covers, and the third-party imports."""
-    cells = code_cells(notebook)
-    modules, third = closure(notebook_imports(cells), package)
-    parts = [c.encode() for c in cells]
-    parts.append(json.dumps(dict(params), sort_keys=True, default=list).encode())
-    root = Path(__file__).resolve().parent
-    for name in sorted(modules):
-        path = modules[name]
-        parts.append(str(path.relative_to(root.parent) if path.is_relative_to(root.parent) else name).encode())
-        parts.append(path.read_bytes())
-    return _digest(parts), modules, third
+    k = keys_of(package, notebook, params)
+    return k.code, k.modules, k.third
 
 
 def cache_key(code: str, device: str, threads: int, paths: Mapping[str, str],
-              versions: Mapping[str, str]) -> str:
-    """The cache key: the code key plus device, threads, external paths and package versions."""
+              versions: Mapping[str, str], profile: Mapping[str, str]) -> str:
+    """The cache key: the code key plus device, threads, external paths, package versions and
+    the numerics profile."""
     facts = {"code": code, "device": device, "threads": threads, "paths": dict(paths),
-             "versions": dict(versions)}
+             "versions": dict(versions), "profile": dict(profile)}
     return _digest([json.dumps(facts, sort_keys=True).encode()])

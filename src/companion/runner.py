@@ -10,6 +10,7 @@ repeated run from the earlier folder.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import resource
@@ -29,8 +30,9 @@ from typing import Any, Iterator, Mapping
 
 import nbformat
 
-from companion import keys, registry
+from companion import keys, numerics, registry
 from companion.claims import OUTPUT_ENV, _jsonable
+from companion.environment import lock_hash
 from companion.params import BaseParams, ParamError
 
 TIMEOUT_S = {"quick": 900, "full": 3600, "paper": 24 * 3600}
@@ -48,6 +50,10 @@ class Interrupted(KeyboardInterrupt):
 
 class RecordError(ValueError):
     """A results record that cannot be read (corrupt JSON, missing fields)."""
+
+
+class PlanMismatch(RuntimeError):
+    """A worker whose plan of a run differs from the client's (it imported older code)."""
 VOLATILE_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 
 
@@ -79,15 +85,29 @@ def resolve(slug: str, preset: str, raw: Mapping[str, str]) -> tuple[registry.Pa
 
 
 def notebook_parameters(path: Path) -> set[str]:
-    """Names assigned in the notebook's cell tagged ``parameters`` (a missing tag is an error)."""
+    """Names assigned in the notebook's cell tagged ``parameters``; the cell must hold only the
+    defaults (``preset = "quick"``, every other name ``None``), because the runner records the values
+    it injects: a value edited into the cell would run without being recorded."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", []):
+            try:
+                body = ast.parse(cell.source).body
+            except SyntaxError as err:
+                raise ParamError(f"{path.name}: its parameters cell is not valid Python ({err.msg})") from None
             names = set()
-            for line in cell.source.splitlines():
-                head = line.split("#", 1)[0]
-                if "=" in head:
-                    names.add(head.split("=", 1)[0].strip())
+            for node in body:
+                if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name)):
+                    raise ParamError(f"{path.name}: its parameters cell may only assign names, one per line")
+                name, value = node.targets[0].id, node.value
+                default = "quick" if name == "preset" else None
+                if not (isinstance(value, ast.Constant) and value.value == default):
+                    slug = path.stem
+                    raise ParamError(
+                        f"{path.name}: its parameters cell sets {name} = {ast.unparse(value)}, but a page's cell "
+                        f"holds only defaults; pass -p {name}=VALUE instead, or edit a copy (companion open {slug})")
+                names.add(name)
             return names
     raise ParamError(f"{path.name} has no cell tagged 'parameters'")
 
@@ -269,8 +289,10 @@ class Plan:
     device: str
     threads: int
     code_key: str
+    verdict_key: str
     cache_key: str
     covered: tuple[Path, ...]
+    modules: dict[str, Path]
     paths: dict[str, dict[str, str]]
     versions: dict[str, str]
 
@@ -288,14 +310,14 @@ def plan(slug: str, preset: str = "quick", raw_params: Mapping[str, str] | None 
     if missing:
         raise ParamError(f"parameter {missing[0]!r} is not in the parameters cell of {notebook.name}")
     device, threads = _device_of(params), thread_budget()
-    values = params.to_dict()
-    code, modules, third = keys.code_key(paper.module_name, notebook, values)
-    fingerprints = keys.external_paths(values)
-    versions = keys.package_versions(third)
-    cache = keys.cache_key(code, device, threads, fingerprints, versions)
+    values = keys.params_for_key(params)
+    k = keys.keys_of(paper.module_name, notebook, values)
+    fingerprints = keys.external_paths(params.to_dict())
+    versions = keys.package_versions(k.third)
+    cache = keys.cache_key(k.code, device, threads, fingerprints, versions, numerics.profile_for(os.environ))
     paths = {name: {"path": values[name], "sha256": fp} for name, fp in fingerprints.items()}
-    return Plan(paper, params, overrides, device, threads, code, cache, tuple(modules.values()),
-                paths, versions)
+    return Plan(paper, params, overrides, device, threads, k.code, k.verdict, cache,
+                tuple(k.modules.values()), k.modules, paths, versions)
 
 
 def execute(
@@ -307,11 +329,17 @@ def execute(
     root: Path | None = None,
     log_output: bool = False,
     progress: bool = False,
+    expected_key: str | None = None,
 ) -> RunOutcome:
     """Validate, then run (or answer from cache) one paper's notebook; never raises on a failing
-    notebook. An interrupted run is recorded, then :class:`Interrupted` is raised."""
+    notebook. An interrupted run is recorded, then :class:`Interrupted` is raised. With
+    ``expected_key`` (the client's plan, on a Dask worker) a different plan here is refused."""
     root = root or registry.project_root()
     p = plan(slug, preset, raw_params, root)
+    if expected_key is not None and p.cache_key != expected_key:
+        raise PlanMismatch(f"{slug}: this worker plans another run than the client (cache key "
+                           f"{p.cache_key[:12]} here, {expected_key[:12]} there): its code, parameters or "
+                           "environment differ; restart the worker processes after changing the code")
     if not force and out is None:
         hit = find_cached(root, slug, p.cache_key)
         if hit is not None:
@@ -323,12 +351,16 @@ def execute(
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700; run folders are meant to be shared
     try:
         status, error, emitted, wall, cpu = _execute_in(p, tmp, root, log_output, progress)
+        ran, code_key = what_ran(p, emitted.get("kernel") or {}, root)
+        if status == "ok" and ran != p.params.to_dict():
+            moved = sorted(k for k in set(ran) | set(p.params.to_dict()) if ran.get(k) != p.params.to_dict().get(k))
+            status, error = "failed", f"the kernel ran other parameters than the runner planned: {', '.join(moved)}"
         commit, dirty = git_state(root, list(p.covered), p.paper.notebook(root))
         results = {
             "paper": slug,
             "status": status,
             "error": error,
-            "params": p.params.to_dict(),
+            "params": ran,
             "claims": emitted["claims"],
             "metrics": emitted["metrics"],
             "provenance": {
@@ -343,7 +375,11 @@ def execute(
                 "cpu_seconds": round(cpu, 2),
                 "load_average": round(os.getloadavg()[0], 2),
                 "cache_key": p.cache_key,
-                "code_key": p.code_key,
+                "code_key": code_key,
+                "verdict_key": p.verdict_key,
+                "lock": lock_hash(root),
+                "numerics": numerics.active(),
+                "cpu": numerics.cpu_model(),
             },
         }
         write_json_atomic(tmp / "results.json", results)
@@ -353,6 +389,17 @@ def execute(
     if status == "interrupted":
         raise Interrupted(str(final))
     return RunOutcome(final, results, cached=False)
+
+
+def what_ran(p: Plan, kernel: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], str]:
+    """The parameters the kernel resolved (the plan's when it reported none) and the code key over
+    what it imported: the plan's, widened by any ``companion`` module the source never named."""
+    ran = kernel.get("params") or p.params.to_dict()
+    missed = keys.uncovered(kernel.get("modules", []), p.modules)
+    if not missed:
+        return ran, p.code_key
+    return ran, keys.keys_of(p.paper.module_name, p.paper.notebook(root),
+                             keys.params_for_key(p.params), extra=missed).code
 
 
 def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
@@ -370,6 +417,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     status, error = "ok", None
     saved = {name: os.environ.get(name) for name in (OUTPUT_ENV, "PYTHONWARNINGS")}
     os.environ[OUTPUT_ENV] = str(claims_file)
+    numerics.apply()  # the kernel inherits it; set before it loads any numerical library
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (saved["PYTHONWARNINGS"], KERNEL_WARNINGS)))
     t0 = time.perf_counter()
     cpu0 = _children_cpu()
