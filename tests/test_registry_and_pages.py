@@ -88,25 +88,139 @@ def test_scorecard_status_and_robustness_show_claims_agreement_failures_and_miss
 
     monkeypatch.setattr(registry, "PAPERS", {s: registry.PAPERS[s] for s in SLUGS[:2]})
     page = _record(SLUGS[0], 0, "HOLDS", 0.81234)
-    page["provenance"].update(cpu_seconds=80.54, load_average=1.25)
-    other = Stored(tmp_path / "quick-seed100.json", _record(SLUGS[0], 100, "INCONCLUSIVE", 0.6), None, True)
-    full = Stored(tmp_path / "full-seed0.json", _record(SLUGS[0], 0, "HOLDS", 0.9, "full"), None, False)
-    records = {SLUGS[0]: [Stored(tmp_path / "quick-seed0.json", page, None, True), other, full], SLUGS[1]: []}
+    page["provenance"].update(cpu_seconds=80.54, load_average=1.25, cpu="AMD EPYC 7B13")
+    other = Stored(tmp_path / "quick-seed100.json", _record(SLUGS[0], 100, "INCONCLUSIVE", 0.6), None, True, True)
+    full = Stored(tmp_path / "full-seed0.json", _record(SLUGS[0], 0, "HOLDS", 0.9, "full"), None, False, True)
+    records = {SLUGS[0]: [Stored(tmp_path / "quick-seed0.json", page, None, True, True, False), other, full],
+               SLUGS[1]: []}
     results = {SLUGS[0]: page, SLUGS[1]: _record(SLUGS[1], 0, "", 0, status="failed")}
     card = book.scorecard_markdown(results, records)
-    assert "| `c1` | 0.9 | 0.812 | [0.7, 0.9] | >= 0.5 |" in card
+    assert "| `c1` | finding | 0.9 | 0.812 | [0.7, 0.9] | >= 0.5 |" in card  # a record without roles: findings
     assert "differs (quick, seed 100: INCONCLUSIVE)" in card
-    assert "| `e1` | 1e-6 | 3.14e-09 | exact | <= 1e-06 |" in card and "agrees (3 runs)" in card
+    assert "| `e1` | finding | 1e-6 | 3.14e-09 | exact | <= 1e-06 |" in card and "agrees (3 runs)" in card
+    assert "no (no control)" in card and "none measured" in card
     assert "The stored run failed" in card and "ValueError" in card
-    assert "1 HOLDS" not in card and "**2** HOLDS" in card
+    assert "**0** reproduce and discriminate against their controls, 2 hold but do not discriminate" in card
     status = book.status_markdown(results, records)
-    assert "| quick, seed 0 | ok | 42.0 | 80.5 | 1.2 | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | current |" in status
-    assert "| full, seed 0 | ok | 42.0 | – | – | 3 | cpu | 2026-01-01 00:00 | `abcdef1234` | **stale** |" in status
+    assert ("| quick, seed 0 | ok | 42.0 | 80.5 | 1.2 | 3 | cpu | AMD EPYC 7B13 | 2026-01-01 00:00 "
+            "| `abcdef1234` | current |") in status
+    assert "| full, seed 0 | ok | 42.0 | – | – | 3 | cpu | – | 2026-01-01 00:00 | `abcdef1234` | **stale** |" in status
     assert "| torch | 2 |" in status
-    assert "not run" in book.status_markdown({SLUGS[0]: None}, {})
+    unrun = book.status_markdown({SLUGS[0]: None}, {})
+    assert "not run" in unrun and "| not run | – | – | – | – | – | – | – | – | – |\n" in unrun
     robust = book.robustness_markdown(SLUGS[0], records[SLUGS[0]])
     assert "| claim | quick, seed 0 | quick, seed 100 | full, seed 0 (stale) |" in robust
     assert "| `c1` | 0.812" in robust and "verdict-inconclusive" in robust
+
+
+def _judged_record(slug, values):
+    """A page record whose claims are judged by real declarations: a finding whose control holds too,
+    a finding whose control fails, and a check."""
+    from companion.claims import Claim, evaluate_all
+
+    declared = [Claim("shared", "s", "0.9", 0.5, controls=("shuffled",)),
+                Claim("sharp", "s", "0.9", 0.5, controls=("untrained",)),
+                Claim("identity", "i", "0", 1e-6, direction="<=", kind="exact", role="check")]
+    verdicts = evaluate_all(declared, values)
+    record = _record(slug, 0, "HOLDS", 0.8)
+    record["claims"] = [v.to_dict() for v in verdicts]
+    return record
+
+
+SEPARATED = {"shared": [0.8, 0.82, 0.81], "shared@shuffled": [0.7, 0.72, 0.71],
+             "sharp": [0.8, 0.82, 0.81], "sharp@untrained": [0.1, 0.12, 0.11], "identity": 0.0}
+
+
+def test_a_finding_whose_control_also_holds_is_not_counted_as_discriminating(monkeypatch, tmp_path):
+    from companion.evidence import Stored
+
+    monkeypatch.setattr(registry, "PAPERS", {SLUGS[0]: registry.PAPERS[SLUGS[0]]})
+    page = _judged_record(SLUGS[0], SEPARATED)
+    results = {SLUGS[0]: page}
+    totals = book.totals_markdown(results)
+    assert totals == ("1 papers, 2 findings: **1** reproduce and discriminate against their controls, 1 hold but "
+                      "do not discriminate, 0 fail, 0 inconclusive; 1 checks (consistency checks, not counted).\n")
+    card = book.scorecard_markdown(results, {SLUGS[0]: [Stored(tmp_path / "quick-seed0.json", page, None, True, True)]})
+    shared = next(line for line in card.splitlines() if line.startswith("| `shared` |"))
+    sharp = next(line for line in card.splitlines() if line.startswith("| `sharp` |"))
+    assert "shuffled 0.71 " in shared and "no (a control holds or is inconclusive)" in shared
+    assert "untrained 0.11 " in sharp and "**yes** ✓" in sharp
+    assert card.index("| `sharp` |") < card.index("| `identity` | check |")
+    table = book.overview_table(results)
+    assert table.count("cat-discriminating") == 1 and table.count("cat-holds-only") == 1
+    assert table.count("cat-check") == 1 and "<td>1</td><td>1</td><td>0</td><td>0</td><td>1</td>" in table
+
+
+def test_checks_never_count_as_findings_and_unrun_papers_count_their_declared_findings(monkeypatch):
+    monkeypatch.setattr(registry, "PAPERS", {s: registry.PAPERS[s] for s in SLUGS[:2]})
+    failing = dict(SEPARATED, identity=1.0, sharp=[0.1, 0.11, 0.12])
+    counts = book.finding_counts({SLUGS[0]: _judged_record(SLUGS[0], failing), SLUGS[1]: None})
+    assert counts[SLUGS[0]] == {"discriminating": 0, "holds, not discriminating": 1, "fails": 1,
+                                "inconclusive": 0, "checks": 1}
+    unrun = sum(c.role == "finding" for c in registry.get(SLUGS[1]).module().CLAIMS)
+    assert counts[SLUGS[1]] == {book.NOT_RUN: unrun}
+    totals = book.totals_markdown({SLUGS[0]: _judged_record(SLUGS[0], failing), SLUGS[1]: None})
+    assert totals.startswith(f"2 papers, {2 + unrun} findings: **0** reproduce and discriminate")
+    assert f"1 fail, 0 inconclusive, {unrun} not run; 1 checks (consistency checks, not counted)" in totals
+
+
+def test_status_marks_a_record_made_without_the_numerics_profile_as_env_drift(monkeypatch, tmp_path):
+    import os
+    import platform
+
+    from companion import evidence, numerics
+    from companion.environment import lock_hash
+    from companion.evidence import Stored
+
+    monkeypatch.setattr(registry, "PAPERS", {SLUGS[0]: registry.PAPERS[SLUGS[0]]})
+    here = _record(SLUGS[0], 0, "HOLDS", 0.8)
+    here["provenance"].update(lock=lock_hash(ROOT), versions={"python": platform.python_version()},
+                              numerics=numerics.profile_for(os.environ))
+    before = _record(SLUGS[0], 100, "HOLDS", 0.8)
+    before["provenance"].update(lock=lock_hash(ROOT), versions={"python": platform.python_version()})
+    stored = [Stored(tmp_path / f"quick-seed{r['params']['seed']}.json", r, None, True, True,
+                     evidence.env_drift(r["provenance"], ROOT)) for r in (here, before)]
+    status = book.status_markdown({SLUGS[0]: here}, {SLUGS[0]: stored})
+    assert "| `abcdef1234` | current |" in status and "| `abcdef1234` | current, env-drift |" in status
+    assert "numerics profile" in status
+    robust = book.robustness_markdown(SLUGS[0], stored)
+    assert "| claim | quick, seed 0 | quick, seed 100 (current, env-drift) |" in robust
+
+
+def test_the_scorecard_takes_the_judged_page_record_at_the_default_seed():
+    from companion import evidence
+    from companion.evidence import Stored
+
+    a, b, c = SLUGS[:3]
+    page = _record(a, 0, "HOLDS", 0.8)
+    other = Stored(evidence.record_path(ROOT, a, "quick", 100), _record(a, 100, "FAILS", 0.1))
+    records = {a: [other, Stored(evidence.page_record_path(ROOT, a), page)],
+               b: [Stored(evidence.page_record_path(ROOT, b), None, "not JSON")], c: [other]}
+    assert book.page_results(ROOT, records) == {a: page, b: book.UNREADABLE, c: None}
+
+
+def test_robustness_marks_a_discriminating_finding_and_lists_checks_last(tmp_path):
+    from companion.evidence import Stored
+
+    page = Stored(tmp_path / "quick-seed0.json", _judged_record(SLUGS[0], SEPARATED), None, True, True)
+    robust = book.robustness_markdown(SLUGS[0], [page])
+    assert "| `sharp` | 0.81 <span class=\"verdict verdict-holds\">HOLDS</span> ✓ |" in robust
+    assert "| `shared` | 0.81 <span class=\"verdict verdict-holds\">HOLDS</span> |" in robust
+    assert robust.index("`sharp`") < robust.index("`identity` (check)")
+
+
+def test_performance_shows_an_anchor_without_provenance_and_a_stale_one(monkeypatch):
+    anchor = {"name": "ours", "reference": "ref", "ratio": 0.5, "ratio_min": 0.4, "ratio_max": 0.6,
+              "seconds": 1.0, "reference_seconds": 2.0, "rounds": 5, "clock": "cpu", "threads": 1}
+    old = {"anchor": anchor, "machine": {"cores": 2}, "date": "2026-01-01T00:00:00+00:00"}
+    new = dict(old, commit="0123456789abcdef", code_key="k-then")
+    assert book.anchor_provenance(SLUGS[0], old, ROOT) == "(no provenance)"
+    monkeypatch.setattr(book.bench, "current_code_key", lambda slug, root: "k-now", raising=False)
+    assert book.anchor_provenance(SLUGS[0], new, ROOT) == "`0123456789` **stale**"
+    monkeypatch.setattr(book.bench, "current_code_key", lambda slug, root: "k-then", raising=False)
+    assert book.anchor_provenance(SLUGS[0], new, ROOT) == "`0123456789`"
+    page = book.performance_markdown({SLUGS[0]: old}, {SLUGS[0]: "(no provenance)"})
+    assert page.rstrip().splitlines()[-3].endswith("| 2026-01-01 | (no provenance) |")
 
 
 def test_reproduce_box_offers_launch_links_only_with_a_repository():
