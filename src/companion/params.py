@@ -20,6 +20,14 @@ from typing import Any, ClassVar, Mapping, Sequence, TypeVar
 PRESET_NAMES = ("quick", "full", "paper")
 
 P = TypeVar("P", bound="BaseParams")
+# The parameters the notebook's kernel resolved last (``from_cell``): the runner records these, not
+# its own plan, so that a record always says what ran.
+_IN_KERNEL: dict[str, Any] | None = None
+
+
+def kernel_params() -> dict[str, Any] | None:
+    """The parameters this kernel resolved from its parameters cell (None before it did)."""
+    return _IN_KERNEL
 
 
 class ParamError(ValueError):
@@ -109,9 +117,13 @@ class BaseParams:
 
     @classmethod
     def from_cell(cls: type[P], namespace: Mapping[str, Any]) -> P:
-        """Resolve from a notebook's parameters cell: ``preset`` and every declared name."""
+        """Resolve from a notebook's parameters cell: ``preset`` and every declared name (the result
+        is what :func:`kernel_params` reports to the runner)."""
+        global _IN_KERNEL
         overrides = {name: namespace.get(name) for name in cls.names()}
-        return cls.resolve(namespace.get("preset", "quick"), **overrides)
+        resolved = cls.resolve(namespace.get("preset", "quick"), **overrides)
+        _IN_KERNEL = resolved.to_dict()
+        return resolved
 
     @classmethod
     def rule(cls, name: str) -> Rule:
@@ -167,6 +179,19 @@ class BaseParams:
         return {
             k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()
         }
+
+    def key_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` with path parameters spelled relative to the project root when inside it,
+        so that the code key of a run is the same on every machine and checkout."""
+        from companion.registry import project_root
+
+        out = self.to_dict()
+        root = project_root()
+        for name, value in out.items():
+            if name.endswith(("_path", "_dir")) and isinstance(value, str) and Path(value).is_absolute():
+                path = Path(value)
+                out[name] = str(path.relative_to(root)) if path.is_relative_to(root) else value
+        return out
 
     def seed_list(self) -> list[int]:
         """The seeds the claims are evaluated over: ``seed, seed + 1, ..., seed + seeds - 1``."""

@@ -1,0 +1,48 @@
+"""Install the Jupyter kernel ``companion``: this environment's Python, run with the numerics profile.
+
+``python -m companion.kernelspec`` (``make install`` runs it) writes it into this environment
+(``sys.prefix``) with ``companion.numerics.PROFILE`` as the kernel's environment variables, so a
+notebook opened in any Jupyter computes under the profile without setting it itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from ipykernel.kernelspec import install
+
+NAME = "companion"
+DISPLAY_NAME = "Python (companion)"
+
+
+def profile() -> dict[str, str]:
+    """The numerics profile's environment variables, ``companion.numerics.PROFILE``."""
+    try:
+        numerics = importlib.import_module("companion.numerics")
+    except ModuleNotFoundError as err:
+        if err.name != "companion.numerics":
+            raise
+        raise SystemExit("cannot install the companion kernel: companion.numerics is missing, and its "
+                         "PROFILE (name -> value) is the environment the kernel runs with") from None
+    return dict(numerics.PROFILE)
+
+
+def write(prefix: Path) -> Path:
+    """Install the kernelspec under ``prefix``/share/jupyter/kernels and return its folder."""
+    return Path(install(kernel_name=NAME, display_name=DISPLAY_NAME, prefix=str(prefix), env=profile()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m companion.kernelspec", description=__doc__.splitlines()[0])
+    parser.add_argument("--prefix", type=Path, default=Path(sys.prefix),
+                        help="the environment to install into (default: this one, %(default)s)")
+    folder = write(parser.parse_args(argv).prefix)
+    print(f"installed the Jupyter kernel {NAME!r} in {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
