@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
 import sys
 import tomllib
-import types
 from pathlib import Path
 
 import pytest
@@ -107,20 +107,14 @@ def test_lock_hash_is_the_lock_file_sha256(tmp_path: Path):
     assert environment.lock_hash(ROOT) == hashlib.sha256((ROOT / environment.LOCK_FILE).read_bytes()).hexdigest()
 
 
-def test_kernelspec_runs_this_python_with_the_numerics_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    profile = {"OMP_NUM_THREADS": "1", "COMPANION_TEST_PROFILE": "on"}
-    monkeypatch.setitem(sys.modules, "companion.numerics", types.SimpleNamespace(PROFILE=profile))
+def test_kernelspec_runs_this_python_with_the_numerics_profile(tmp_path: Path):
+    from companion import numerics
+
     assert kernelspec.main(["--prefix", str(tmp_path)]) == 0
     spec = json.loads((tmp_path / "share/jupyter/kernels/companion/kernel.json").read_text())
     argv = spec["argv"]
     assert argv[0] == sys.executable and Path(argv[0]).parent == Path(sys.prefix) / "bin"
     assert argv[argv.index("-m") + 1] == "ipykernel_launcher" and "{connection_file}" in argv
-    assert spec["env"] == profile
+    assert spec["env"] == numerics.profile_for(os.environ)
+    assert not numerics.applies() or set(spec["env"]) == set(numerics.PROFILE)
     assert spec["display_name"] == "Python (companion)"
-
-
-def test_kernelspec_without_a_numerics_profile_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setitem(sys.modules, "companion.numerics", None)
-    with pytest.raises(SystemExit, match="companion.numerics is missing"):
-        kernelspec.main(["--prefix", str(tmp_path)])
-    assert not (tmp_path / "share").exists()

@@ -85,8 +85,9 @@ def test_a_corrupt_record_is_named_and_skipped_by_status_list_and_book(toy_proje
     assert cli.main(["list"]) == 0
     captured = capsys.readouterr()
     assert "page record unreadable" in captured.out and "quick-seed0.json" in captured.err
-    assert book.stored_results(toy_project) == {"toy-paper": book.UNREADABLE}
-    assert "unreadable" in book.status_markdown(book.stored_results(toy_project))
+    records = {"toy-paper": evidence.judged(toy_project, "toy-paper")}
+    assert book.page_results(toy_project, records) == {"toy-paper": book.UNREADABLE}
+    assert "unreadable" in book.status_markdown(book.page_results(toy_project, records), records)
     assert runner.last_run(toy_project, "toy-paper") is None
 
 

@@ -1,14 +1,14 @@
 """Install the Jupyter kernel ``companion``: this environment's Python, run with the numerics profile.
 
 ``python -m companion.kernelspec`` (``make install`` runs it) writes it into this environment
-(``sys.prefix``) with ``companion.numerics.PROFILE`` as the kernel's environment variables, so a
-notebook opened in any Jupyter computes under the profile without setting it itself.
+(``sys.prefix``) with the numerics profile as the kernel's environment variables, so a notebook
+opened in any Jupyter computes under the profile without setting it itself (on a machine where the
+profile does not apply, arm64, the kernel gets none).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 
@@ -19,15 +19,12 @@ DISPLAY_NAME = "Python (companion)"
 
 
 def profile() -> dict[str, str]:
-    """The numerics profile's environment variables, ``companion.numerics.PROFILE``."""
-    try:
-        numerics = importlib.import_module("companion.numerics")
-    except ModuleNotFoundError as err:
-        if err.name != "companion.numerics":
-            raise
-        raise SystemExit("cannot install the companion kernel: companion.numerics is missing, and its "
-                         "PROFILE (name -> value) is the environment the kernel runs with") from None
-    return dict(numerics.PROFILE)
+    """The numerics profile as it takes effect on this machine (a machine's own OPENBLAS_CORETYPE kept)."""
+    import os
+
+    from companion import numerics
+
+    return numerics.profile_for(os.environ)
 
 
 def write(prefix: Path) -> Path:
