@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -49,3 +50,19 @@ def test_record_writes_anchor_extras_with_targets_values_and_device(tmp_path) ->
     assert data["extra"]["other/ref"]["meets_target"] is False and data["extra"]["other/ref"]["target"] == 30.0
     assert data["values"] == {"max diff": 1e-7} and data["machine"]["device"] == "NVIDIA H200"
     assert bench.load("jsae", tmp_path) == data
+
+
+def test_record_carries_the_benchmark_code_key_and_a_code_edit_stales_it(tmp_path, monkeypatch) -> None:
+    from companion import keys, registry
+
+    (tmp_path / "benchmarks").mkdir()
+    script = tmp_path / "benchmarks" / "bench_jsae.py"
+    shutil.copyfile(registry.project_root() / "benchmarks" / "bench_jsae.py", script)
+    a = bench.Comparison("ours", "ref", 0.4, 0.3, 0.6, 1.0, 2.5, 7, "wall", 2)
+    data = json.loads(bench.record("jsae", a, root=tmp_path).read_text())
+    assert data["code_key"] == bench.current_code_key("jsae", tmp_path) and "numerics" in data
+    script.write_text(script.read_text() + "\n# a comment\n")
+    assert bench.current_code_key("jsae", tmp_path) == data["code_key"]
+    script.write_text(script.read_text() + "\nROUNDS_EDITED = 3\n")
+    assert bench.current_code_key("jsae", tmp_path) != data["code_key"]
+    assert keys.script_key(script) == bench.current_code_key("jsae", tmp_path)

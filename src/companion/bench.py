@@ -4,7 +4,9 @@
 warm-up calls, so that a burst of load hits every function alike; the ratio of each function to
 the reference is the median over rounds of the per-round ratio, with its min-max spread.
 :func:`record` writes ``data/bench/<slug>.json`` (the ratio, the two times, the sizes, the
-machine's cores and threads, the date), which the book's performance page and each paper page read.
+machine's cores and threads, the date) with the benchmark's code key, commit, lock hash and numerics
+profile, which the book's performance page and each paper page read; :func:`current_code_key` tells
+whether an anchor still measures today's code.
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ def record(slug: str, anchor: Comparison, *, target: float | None = None, direct
     ``values``: measured numbers that are not timings (agreement of outputs, rates); ``device``:
     where the compared functions ran (``cpu``, or the CUDA device's name).
     """
-    from companion import registry
-    from companion.runner import write_json_atomic
+    from companion import numerics, registry
+    from companion.environment import lock_hash
+    from companion.runner import head_commit, write_json_atomic
 
     root = root or registry.project_root()
     registry.get(slug)
@@ -113,8 +116,12 @@ def record(slug: str, anchor: Comparison, *, target: float | None = None, direct
         "values": dict(values or {}),
         "sizes": dict(sizes or {}),
         "machine": {"cores": len(os.sched_getaffinity(0)), "platform": platform.platform(terse=True),
-                    "device": device},
+                    "device": device, "cpu": numerics.cpu_model()},
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "code_key": current_code_key(slug, root),
+        "commit": head_commit(root),
+        "lock": lock_hash(root),
+        "numerics": numerics.active(),
     }
     path = root / "data" / "bench" / f"{slug}.json"
     write_json_atomic(path, payload)
@@ -126,6 +133,19 @@ def _with_target(c: Comparison, target: tuple[float, str] | None) -> dict[str, A
     if target is not None:
         out.update(target=target[0], direction=target[1], meets_target=c.meets(*target))
     return out
+
+
+def script_path(slug: str, root: Path) -> Path:
+    """The benchmark script of ``slug``: ``benchmarks/bench_<slug with underscores>.py``."""
+    return root / "benchmarks" / f"bench_{slug.replace('-', '_')}.py"
+
+
+def current_code_key(slug: str, root: Path) -> str | None:
+    """The code key today's benchmark of ``slug`` would record (None when it has no script)."""
+    from companion import keys
+
+    script = script_path(slug, root)
+    return keys.script_key(script) if script.is_file() else None
 
 
 def load(slug: str, root: Path) -> dict[str, Any] | None:

@@ -337,6 +337,19 @@ def keys_of(package: str, notebook: Path, params: Mapping[str, Any], extra: Iter
     return Keys(_digest(code_parts), _digest(verdict_parts), modules, third)
 
 
+def script_key(script: Path) -> str:
+    """The code key of a script outside the package (a benchmark): its meaning and that of every
+    ``companion`` module it imports, transitively."""
+    source = script.read_text()
+    modules, _ = closure(_imports(source, "__main__", False))
+    parts = [normalise(source)[0]]
+    for name in sorted(modules):
+        hit = parsed(name)
+        if hit is not None:
+            parts += [_label(name, hit[0]), hit[2]]
+    return _digest(parts)
+
+
 def params_for_key(params: Any) -> dict[str, Any]:
     """Resolved parameters as the key sees them: path parameters as spelled relative to the project."""
     return params.key_dict()

@@ -11,6 +11,7 @@ repeated run from the earlier folder.
 from __future__ import annotations
 
 import ast
+import atexit
 import json
 import os
 import resource
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -42,6 +44,8 @@ KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 # tqdm.auto warns inside every kernel without ipywidgets ("IProgress not found", with the venv's
 # absolute path) when any library imports it; the stored pages show plain text progress instead.
 KERNEL_WARNINGS = "ignore:IProgress not found"
+# How long an interrupted run waits, twice, for its stopped kernel to go and papermill to save.
+STOP_GRACE_S = 2.0
 
 
 class Interrupted(KeyboardInterrupt):
@@ -196,6 +200,14 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
 
 
+def head_commit(root: Path) -> str | None:
+    """The commit checked out at ``root`` (None outside git)."""
+    try:
+        return _git(root, "rev-parse", "HEAD").strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def git_state(root: Path, covered: list[Path], notebook: Path) -> tuple[str | None, bool | None]:
     """The current commit, and whether the source a code key covers differs from it.
 
@@ -239,18 +251,18 @@ def _device_of(params: BaseParams) -> str:
 
 @contextmanager
 def signals_interrupt() -> Iterator[None]:
-    """Raise :class:`Interrupted` on SIGINT or SIGTERM for the duration, in the main thread.
+    """Raise ``KeyboardInterrupt`` on SIGINT or SIGTERM for the duration, in the main thread.
 
-    Python's default SIGINT handler would do for SIGINT, but an asyncio runner inside papermill
-    replaces that default with one that cancels its task, and a cancellation that lands while the
-    kernel starts can be swallowed: the run then went on to the end and exited 0.
+    Python's default SIGINT handler would do for SIGINT, but SIGTERM's default ends the process
+    without a record. Only the main thread receives signals: elsewhere (a Dask worker thread) this
+    installs nothing.
     """
     def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(f"signal {signum}")
+        raise KeyboardInterrupt(f"signal {signum}")
 
     try:
         previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread (a Dask worker thread): no handler to install
+    except ValueError:  # not the main thread
         yield
         return
     try:
@@ -258,6 +270,58 @@ def signals_interrupt() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class _Kernels:
+    """The kernels of one run, so that an interrupt ends them, and whatever they started, at once."""
+
+    def __init__(self) -> None:
+        self.managers: list[Any] = []
+        self.stopped = False
+
+    def manager_class(self) -> type:
+        """A kernel manager class that reports each kernel it starts here (and starts none once stopped)."""
+        from jupyter_client.manager import AsyncKernelManager
+
+        kernels = self
+
+        class RunKernelManager(AsyncKernelManager):
+            async def start_kernel(self, **kw: Any) -> None:
+                if kernels.stopped:
+                    raise RuntimeError("the run was interrupted before its kernel started")
+                await super().start_kernel(**kw)
+                kernels.managers.append(self)
+                if kernels.stopped:  # the interrupt landed while this kernel was being launched
+                    kernels.signal(signal.SIGKILL)
+
+        return RunKernelManager
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the process group of every kernel still running: the kernel and its pools."""
+        for km in self.managers:
+            provisioner = km.provisioner
+            process = getattr(provisioner, "process", None)
+            if process is None or process.poll() is not None:
+                continue
+            try:
+                os.killpg(getattr(provisioner, "pgid", None) or process.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, papermill: threading.Thread) -> None:
+        """End every kernel (SIGTERM, then SIGKILL) and give papermill a moment to write the notebook."""
+        self.stopped = True
+        try:
+            self.signal(signal.SIGTERM)
+            papermill.join(STOP_GRACE_S)
+        except KeyboardInterrupt:
+            pass  # a second interrupt: wait no longer
+        finally:
+            self.signal(signal.SIGKILL)
+        try:
+            papermill.join(STOP_GRACE_S)  # nbclient sees the dead kernel within a second, then saves
+        except KeyboardInterrupt:
+            pass
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -408,6 +472,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     CPU time (the kernel and its subprocesses: exact when one notebook runs per process, which
     the embedded cluster and ``inline`` guarantee)."""
     import papermill as pm
+    from jupyter_core.utils import ensure_event_loop
 
     notebook = p.paper.notebook(root)
     claims_file = folder / ".claims.json"
@@ -421,18 +486,40 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (saved["PYTHONWARNINGS"], KERNEL_WARNINGS)))
     t0 = time.perf_counter()
     cpu0 = _children_cpu()
-    try:
-        with signals_interrupt():
+    kernels = _Kernels()
+    raised: list[Exception] = []
+
+    def execute_notebook() -> None:
+        try:
             pm.execute_notebook(
                 str(notebook), str(executed), parameters=injected, kernel_name="python3",
                 progress_bar=progress, log_output=log_output, cwd=str(notebook.parent),
                 execution_timeout=TIMEOUT_S[p.params.preset], extra_arguments=KERNEL_ARGS,
+                kernel_manager_class=kernels.manager_class(),
             )
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted (SIGINT or SIGTERM) before the notebook ended"
-    except Exception as exc:  # a failing notebook is a result to record, not a crash
-        status, error = "failed", _failure(exc)
+        except Exception as exc:  # a failing notebook is a result to record, not a crash
+            raised.append(exc)
+        finally:
+            ensure_event_loop().close()  # nbclient made one for this thread
+
+    # papermill runs in a thread of its own, so that this thread keeps the signal handlers and an
+    # interrupt never lands inside nbclient's event loop: nbclient swaps in handlers of its own
+    # while a kernel runs (a graceful shutdown of several seconds, a failure and not an interrupt
+    # in the record), and an exception raised inside that loop leaves the kernel running.
+    thread = threading.Thread(target=execute_notebook, name=f"papermill {p.paper.slug}", daemon=True)
+    atexit.register(kernels.signal, signal.SIGKILL)  # a process that exits mid-run leaves no kernel behind
+    try:
+        with signals_interrupt():
+            try:
+                thread.start()
+                thread.join()
+            except KeyboardInterrupt:
+                status, error = "interrupted", "interrupted (SIGINT or SIGTERM) before the notebook ended"
+                kernels.stop(thread)
+        if status == "ok" and raised:
+            status, error = "failed", _failure(raised[0])
     finally:
+        atexit.unregister(kernels.signal)
         wall = time.perf_counter() - t0
         cpu = _children_cpu() - cpu0
         for name, value in saved.items():
@@ -444,7 +531,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
         try:
             write_notebook_atomic(strip_volatile(nbformat.read(executed, as_version=4)), executed)
         except (ValueError, nbformat.ValidationError):
-            pass  # an interrupt can cut papermill's last write; the record says what happened
+            executed.unlink()  # papermill's last write was cut short; the record says what happened
     emitted: dict[str, Any] = {"claims": [], "metrics": {}}
     if claims_file.exists() and status == "ok":
         emitted = json.loads(claims_file.read_text())
