@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
-from scipy import stats
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "FAILS", "INCONCLUSIVE"
 KINDS = ("statistical", "exact")
@@ -141,6 +139,8 @@ def mean_interval(
         boots = rng.choice(x, size=(n_boot, x.size), replace=True).mean(axis=1)
         lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
         return mean, float(lo), float(hi)
+    from scipy import stats  # loaded on first use: declaring claims must stay cheap to import
+
     half = stats.t.ppf((1 + level) / 2, df=x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
     return mean, mean - float(half), mean + float(half)
 
@@ -299,8 +299,8 @@ def _row(v: Mapping[str, Any]) -> dict[str, Any]:
 class ClaimTables:
     """A page's claims: the findings with their controls, then the checks, as two tables."""
 
-    findings: pd.DataFrame
-    checks: pd.DataFrame
+    findings: Any  # pandas.DataFrame
+    checks: Any
 
     def _repr_html_(self) -> str:
         parts = [f"<p><b>Findings</b> (evidence for or against the paper; a finding discriminates when it "
@@ -317,6 +317,8 @@ class ClaimTables:
 
 def table(verdicts: Sequence[Verdict | Mapping[str, Any]]) -> ClaimTables:
     """The claims shown on a page: findings (with controls and whether they discriminate), then checks."""
+    import pandas as pd
+
     pd.set_option("display.max_colwidth", None)  # a claim's statement is shown whole, never cut
     records = [v.to_dict() if isinstance(v, Verdict) else v for v in verdicts]
     frames = {}
