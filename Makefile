@@ -97,12 +97,12 @@ unit: install ## the fast tests only (library, CLI validation): for iteration
 
 test: install ## every test: unit, CLI and runner, nbval over notebooks/, book build, the site in Chromium
 	$(BIN)/python -m pytest -m "not browser" tests
-	$(BIN)/python -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=20 notebooks
+	$(BIN)/python -m companion.numerics $(BIN)/python -m pytest --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=20 notebooks
 	$(BIN)/python -m companion.book build
 	$(BIN)/python -m pytest -m browser -rs tests/test_browser.py
 
 bench: install ## performance anchors: our time / reference time, measured in one run
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b; done
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python -m companion.numerics $(BIN)/python $$b; done
 
 clean: ## remove build outputs and run folders (keeps .venv)
 	rm -rf book/_build book/papers book/generated runs .pytest_cache

@@ -12,10 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from ipykernel.kernelspec import install
-
 NAME = "companion"
 DISPLAY_NAME = "Python (companion)"
+# What a stored page names as its kernel, so that Jupyter opens it with this one.
+METADATA = {"name": NAME, "display_name": DISPLAY_NAME, "language": "python"}
 
 
 def profile() -> dict[str, str]:
@@ -29,6 +29,8 @@ def profile() -> dict[str, str]:
 
 def write(prefix: Path) -> Path:
     """Install the kernelspec under ``prefix``/share/jupyter/kernels and return its folder."""
+    from ipykernel.kernelspec import install
+
     return Path(install(kernel_name=NAME, display_name=DISPLAY_NAME, prefix=str(prefix), env=profile()))
 
 

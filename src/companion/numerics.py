@@ -83,3 +83,21 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m companion.numerics CMD ...``: run CMD under the profile (nbval's kernels, say)."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m companion.numerics CMD [ARG ...]  (runs CMD under the numerics profile)",
+              file=sys.stderr)
+        return 2
+    apply()
+    os.execvp(argv[0], argv)
+    return 0  # not reached: exec replaces this process
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

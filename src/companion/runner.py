@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping
 
 import nbformat
 
-from companion import keys, numerics, registry
+from companion import kernelspec, keys, numerics, registry
 from companion.claims import OUTPUT_ENV, _jsonable
 from companion.environment import lock_hash
 from companion.params import BaseParams, ParamError
@@ -183,6 +183,8 @@ def strip_volatile(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)
+    # Opened in Jupyter, a page asks for the kernel that computes under the numerics profile.
+    nb.metadata["kernelspec"] = dict(kernelspec.METADATA)
     count = 0
     for cell in nb.cells:
         for key in VOLATILE_KEYS:
