@@ -86,3 +86,27 @@ def test_a_deliberately_edited_paper_module_makes_its_records_stale(tmp_path):
     with (src / "companion" / "papers" / "ood_dcc" / "__init__.py").open("a") as f:
         f.write("\nEDITED = True\n")
     assert current() == "False"
+
+
+@pytest.mark.slow
+def test_verify_restamps_an_identical_rerun_and_a_failed_store_keeps_the_record(toy_project, capsys):
+    import nbformat as nbf
+
+    from companion.claims import Claim
+
+    registry.get("toy-paper").module().CLAIMS = [Claim("toy", "s", "1", 0.5)]
+    assert evidence.store("toy-paper", root=toy_project)
+    path = evidence.record_path(toy_project, "toy-paper", "quick", 0)
+    first = json.loads(path.read_text())
+    assert evidence.store("toy-paper", root=toy_project, force=True, verify=True)
+    again = json.loads(path.read_text())
+    assert again["provenance"]["started"] == first["provenance"]["started"]
+    assert len(again["provenance"]["verified"]) == 1 and again["claims"] == first["claims"]
+    assert evidence.verify_report("toy", first, again).endswith("reproduced exactly; re-stamped")
+    notebook = registry.get("toy-paper").notebook(toy_project)
+    nb = nbf.read(notebook, as_version=4)
+    nb.cells[1].source = "raise ValueError('a broken edit')"
+    nbf.write(nb, notebook)
+    assert not evidence.store("toy-paper", root=toy_project, force=True)
+    assert json.loads(path.read_text()) == again
+    assert "left as it was" in capsys.readouterr().out

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import platform
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from companion import keys, numerics, registry
 from companion.runner import RecordError, read_record, write_json_atomic
@@ -132,9 +133,12 @@ class UncommittedCode(ValueError):
 
 
 def store(slug: str, preset: str = "quick", seed: int | None = None, force: bool = False,
-          root: Path | None = None, progress: bool = False) -> bool:
+          root: Path | None = None, progress: bool = False, verify: bool = False,
+          expected_key: str | None = None) -> bool:
     """Run ``slug`` at ``preset`` and base ``seed`` and keep it as a stored record; the page's own
-    run (quick, default seed) also becomes the stored notebook. Refuses uncommitted code."""
+    run (quick, default seed) also becomes the stored notebook. Refuses uncommitted code; a failed
+    run leaves the stored record and page as they were. With ``verify``, a run that measures exactly
+    the stored values re-stamps the stored record (:func:`restamped`) instead of replacing it."""
     import nbformat
 
     from companion.runner import execute, git_state, plan, strip_volatile, write_notebook_atomic
@@ -148,21 +152,42 @@ def store(slug: str, preset: str = "quick", seed: int | None = None, force: bool
         raise UncommittedCode(f"{slug}: the code this record would cover has uncommitted changes (its "
                               "package, the shared modules it imports or the notebook's code cells); "
                               "commit them first, stored records must come from committed code")
-    outcome = execute(slug, preset, raw, force=force, root=root, progress=progress)
-    if outcome.cached and outcome.results["provenance"].get("dirty") is not False:
-        outcome = execute(slug, preset, raw, force=True, root=root, progress=progress)
-    res = outcome.results
-    print(f"{slug} {preset} seed {res['params']['seed']}: {res['status']} in "
-          f"{res['provenance']['wall_seconds']:.1f} s" + (" (cached)" if outcome.cached else ""))
-    if not outcome.ok:
-        print(f"  {res['error']}")
-    is_page = preset == "quick" and res["params"]["seed"] == p.paper.module().Params.resolve("quick").seed
-    if is_page and outcome.ok and (outcome.folder / "notebook.ipynb").is_file():
-        nb = nbformat.read(outcome.folder / "notebook.ipynb", as_version=4)
-        nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
-        write_notebook_atomic(strip_volatile(nb), notebook)
-    save(root, slug, res)
-    return outcome.ok
+    path = record_path(root, slug, preset, p.params.seed)
+    with store_lock(root, slug):
+        outcome = execute(slug, preset, raw, force=force, root=root, progress=progress, expected_key=expected_key)
+        if outcome.cached and outcome.results["provenance"].get("dirty") is not False:
+            outcome = execute(slug, preset, raw, force=True, root=root, progress=progress,
+                              expected_key=expected_key)
+        res = outcome.results
+        print(f"{slug} {preset} seed {res['params']['seed']}: {res['status']} in "
+              f"{res['provenance']['wall_seconds']:.1f} s" + (" (cached)" if outcome.cached else ""))
+        if not outcome.ok:
+            print(f"  {res['error']}; the stored record is left as it was")
+            return False
+        old = read_record(path) if verify and path.is_file() else None
+        kept = restamped(old, res) if old is not None else None
+        is_page = preset == "quick" and res["params"]["seed"] == p.paper.module().Params.resolve("quick").seed
+        if is_page and (outcome.folder / "notebook.ipynb").is_file():
+            nb = nbformat.read(outcome.folder / "notebook.ipynb", as_version=4)
+            nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+            write_notebook_atomic(strip_volatile(nb), notebook)
+        save(root, slug, kept or res)
+    return True
+
+
+@contextmanager
+def store_lock(root: Path, slug: str) -> Iterator[None]:
+    """Hold ``slug``'s store lock (``data/results/<slug>/.lock``): two stores of a paper never interleave."""
+    import fcntl
+
+    folder = results_dir(root, slug)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

@@ -177,11 +177,14 @@ def execute_task(task: Task) -> Done:
         if spec.kind in ("store", "verify"):
             seed = spec.raw.get("seed")
             t0 = datetime.now(timezone.utc).replace(microsecond=0)
-            with redirect_stdout(io.StringIO()):  # the client prints one line per record
+            said = io.StringIO()
+            with redirect_stdout(said):  # the client prints one line per record
                 ok = evidence.store(spec.slug, spec.preset, None if seed is None else int(seed),
                                     force=spec.force or spec.kind == "verify", root=root,
                                     progress=spec.progress, verify=spec.kind == "verify",
                                     expected_key=task.cache_key)
+            if not ok:  # the stored record, if any, is the old one: report the failed run instead
+                return Done(spec, False, None, None, error=said.getvalue().strip())
             path = evidence.record_path(root, spec.slug, spec.preset, task.seed)
             record = read_record(path)
             cached = datetime.fromisoformat(record["provenance"]["started"]) < t0
