@@ -18,7 +18,8 @@ from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from companion import bench
-from companion.papers import suitability_filter as sf
+from companion.papers.suitability_filter import experiment as sf
+from companion.papers.suitability_filter.noninferiority import welch_moments, welch_noninferiority
 
 
 
@@ -35,7 +36,7 @@ def test_stage(n_folds: int = 5, n_users: int = 130, fold: int = 400, user: int 
         mt, vt = pc_test.mean(1), pc_test.var(1, ddof=1)
         mu, vu = pc_user.mean(1), pc_user.var(1, ddof=1)
         j = pairs[:, 1]
-        return sf.welch_moments(mt[j][:, None], vt[j][:, None], fold, mu[None, :], vu[None, :], user)[2]
+        return welch_moments(mt[j][:, None], vt[j][:, None], fold, mu[None, :], vu[None, :], user)[2]
 
     def looped() -> np.ndarray:
         return np.array([[stats.ttest_ind(pc_test[j], u, equal_var=False, alternative="less").pvalue
@@ -61,7 +62,7 @@ def cost_split() -> dict[str, float]:
     sf_, test, user = (slice(k * params.fold_size, (k + 1) * params.fold_size) for k in range(3))
     est = sf.fit_correctness(s[sf_], c[sf_])
     # training M is timed once (it is the slow stage); the stages in interleaved rounds among themselves
-    out = bench.compare({"one suitability decision (fitted C)": lambda: sf.welch_noninferiority(
+    out = bench.compare({"one suitability decision (fitted C)": lambda: welch_noninferiority(
                              sf.prob_correct(est, s[test]), sf.prob_correct(est, s[user])),
                          f"fit C (calibrated LR, {params.fold_size} x 12)": lambda: sf.fit_correctness(s[sf_], c[sf_]),
                          f"signals ({len(x)} samples)": lambda: sf._features(net, x, y)},

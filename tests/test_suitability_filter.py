@@ -175,7 +175,7 @@ def test_protocol_bookkeeping(tiny_run: sf.Results) -> None:
     assert not np.any(s.pairs[:, 0] == s.pairs[:, 1])
     assert len({tuple(p) for p in s.pairs}) == 6
     assert np.all((s.acc_test > 0) & (s.acc_test <= 1)) and s.scipy_max_diff < 1e-12
-    assert list(s.pvals) == ["all", *sf.SIGNALS]
+    assert list(s.pvals) == ["all", *sf.SIGNALS, "naive"]
     # the stored moments and calibration biases are those of the all-signal C
     for arr in (s.mean_pc_test, s.mean_pc_user):
         assert np.all((arr > 0) & (arr < 1))
@@ -230,7 +230,7 @@ def test_claims_are_pooled_over_seeds_and_exact() -> None:
     per_seed = [sf.seed_claim_values(s, res.params.bin_width)["roc-auc"] for s in res.seeds]
     assert values["roc-auc-every-seed"] == min(per_seed)
     spread = sf.claim_spread(res)
-    assert spread.loc["roc-auc", "seed min"] == min(per_seed) and spread.loc["roc-auc", "seed max"] == max(per_seed)
+    assert [spread.loc[("roc-auc", "filter"), f"seed {s.seed}"] for s in res.seeds] == per_seed
     table = sf.settings_table(res)
     assert {"m", "m' (adjusted)"} <= set(table.xs("id", level="user sets").index.get_level_values("margin rule"))
 
@@ -260,7 +260,7 @@ def _official_results(root, seeds=(0,)) -> None:
 
 
 def test_wilds_pools_follow_the_official_protocol(tmp_path) -> None:
-    from companion.papers.suitability_filter import wilds
+    from companion.papers.suitability_filter import paper_preset as wilds
 
     _official_results(tmp_path)
     feats = wilds.load_features(wilds.features_file(tmp_path, "fmow", "ERM", 0))
@@ -300,3 +300,53 @@ def test_paper_preset_runs_through_the_cli_on_official_layout(tmp_path) -> None:
     assert res["status"] == "ok" and res["params"]["preset"] == "paper"
     assert res["metrics"]["experiments-per-seed"] == 6 * 3  # 3 folds: 6 pairs; OOD pool (2 sets) + 1 ID set
     assert len(res["claims"]) == len(sf.CLAIMS)
+
+
+def test_importing_the_package_loads_neither_torch_nor_the_experiment() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, companion.papers.suitability_filter as p; p.Params, p.CLAIMS; "
+            "print('torch' in sys.modules, 'companion.papers.suitability_filter.experiment' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_naive_rule_is_the_mean_comparison_and_ranks_as_the_difference() -> None:
+    mt = np.array([[0.80], [0.80], [0.80]])
+    mu = np.array([[0.79, 0.80, 0.83]])
+    p = sf.naive_pvalues(mt, mu, np.zeros((1, 1, 1)))[0]
+    assert (p <= sf.ALPHA).tolist() == [[False, True, True]] * 3
+    assert np.all(np.diff(p, axis=1) < 0)  # a larger user mean is more suitable
+    # the margin moves the boundary: 0.79 >= 0.80 - 0.02
+    assert sf.naive_pvalues(mt, mu, np.full((1, 1, 1), 0.02))[0][0, 0] <= sf.ALPHA
+
+
+def test_every_finding_has_its_baseline_controls_measured_on_the_same_experiments(tiny_run: sf.Results) -> None:
+    values, verdicts = sf.claim_values(tiny_run), sf.check(tiny_run)
+    pooled = sf.Experiments.of(tiny_run.seeds)
+    width = tiny_run.params.bin_width
+    assert values["roc-auc@msp"] == sf.filter_values(pooled, width, "conf_max")["roc-auc"]
+    assert values["fpr@naive"] == sf.filter_values(pooled, width, "naive")["fpr"]
+    # the MSP filter is a different filter: its p-values are not the 12-signal filter's
+    assert not np.allclose(pooled.pvals["conf_max"], pooled.pvals["all"])
+    # the MSP control of "all beats the best single signal" compares conf_max with a set that holds it
+    assert values["agg-vs-best@msp"] <= 1e-12
+    acc = {k: sf.decision_metrics(v, pooled.diff >= 0, sf.ALPHA)["acc"] for k, v in pooled.pvals.items()}
+    assert values["all-minus-msp"] == pytest.approx(acc["all"] - acc["conf_max"])
+    assert values["all-minus-msp@median-single"] == pytest.approx(
+        np.median([acc[k] for k in sf.SIGNALS]) - acc["conf_max"])
+    by_id = {v.id: v for v in verdicts}
+    assert by_id["welch-vs-scipy"].role == "check" and by_id["welch-vs-scipy"].verdict == "HOLDS"
+    for c in sf.CLAIMS:
+        if c.role == "finding":
+            assert [k.name for k in by_id[c.id].controls] == list(c.controls) and c.controls
+    per = sf.claim_spread(tiny_run)
+    assert ("fpr", "naive") in per.index and ("all-minus-msp", "median-single") in per.index
+
+
+def test_without_the_ablation_the_msp_baseline_is_still_fitted() -> None:
+    res = sf.run(sf.Params.resolve("quick", **(TINY | {"single_signal_ablation": False})))
+    assert list(res.seeds[0].pvals) == ["all", "conf_max", "naive"]
+    values = sf.claim_values(res)
+    assert np.isfinite(values["roc-auc@msp"]) and np.isnan(values["agg-vs-best"])

@@ -13,9 +13,10 @@ Follows the official evaluation notebook (``wilds_experiments.ipynb``): FMoW's I
 rest of their split plus the other ID split, its OOD subsets (``val`` / ``test``) with ``id_val`` +
 ``id_test``; RxRx1's ID subsets (cell types of ``id_test``) with the rest of ``id_test``, its OOD
 subsets with ``id_test``. Each pool is shuffled into F equal folds of ``len(pool) // F`` and every
-ordered (D_sf, D_test) pair is tested. Ours: C is fitted once per pool and D_sf fold and reused
-for every D_test fold (the official code refits it per pair, which differs only in the
-calibration's cross-validation split); the margin-adjustment diagnostic's labeled D̂_u is a random
+ordered (D_sf, D_test) pair is tested; all user subsets of one pool (FMoW's 30 OOD subsets) share that
+one shuffle, where the official notebook reshuffles the pool for each user subset. Ours: C is
+fitted once per pool and D_sf fold and reused for every D_test fold (the official code refits it
+per pair, which differs only in the calibration's cross-validation split); the margin-adjustment diagnostic's labeled D̂_u is a random
 ``n_labeled_user`` subset of the user subset itself, since the real data have no separate draw.
 """
 
