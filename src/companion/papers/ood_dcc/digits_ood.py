@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 from sklearn.datasets import load_digits, load_sample_images
 
-OOD_SETS = ("near", "photo", "noise", "invert")
+from companion.papers.ood_dcc import OOD_SETS
 
 
 @dataclass(frozen=True)
