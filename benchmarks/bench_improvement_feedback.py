@@ -16,7 +16,8 @@ import numpy as np
 
 from companion import bench
 from companion.papers.improvement_feedback import rankings as rk
-from companion.papers import improvement_feedback as f
+from companion.papers.improvement_feedback import voting_feedback as vf
+from companion.papers.improvement_feedback.experiment import PAPER_PL_WEIGHTS
 
 M, T, N, REPS, REPEATS = 20, 5, 1000, 40, 5
 
@@ -49,8 +50,8 @@ def loop_borda_winners(profiles: np.ndarray, rng: random.Random, np_rng: np.rand
 
 def vector_borda_winners(profiles: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Vectorised: all voters of all repetitions at once."""
-    d, _ = f.improvement_counts(*f.improvement_answers(profiles, T, "unif", rng), M)
-    return f.argmax_random(f.borda_estimate(d), rng)
+    d, _ = vf.improvement_counts(*vf.improvement_answers(profiles, T, "unif", rng), M)
+    return vf.argmax_random(vf.borda_estimate(d), rng)
 
 
 
@@ -63,7 +64,7 @@ def pref_voting_check(gen: np.random.Generator) -> str:
         return "pref_voting not installed: cross-check skipped"
     for _ in range(10):
         prof = rk.impartial_culture((1, 30), 6, gen)
-        ours = f.true_scores(prof)
+        ours = vf.true_scores(prof)
         ref = Profile(prof[0].tolist())
         assert np.allclose([ref.borda_scores()[c] for c in range(6)], ours["borda"][0])
         assert np.allclose([ref.plurality_scores()[c] for c in range(6)], ours["plurality"][0])
@@ -72,14 +73,14 @@ def pref_voting_check(gen: np.random.Generator) -> str:
 
 def main() -> None:
     gen = np.random.default_rng(0)
-    profiles = rk.plackett_luce((REPS, N), np.array(f.PAPER_PL_WEIGHTS), gen)
-    borda = f.true_scores(profiles)["borda"]
+    profiles = rk.plackett_luce((REPS, N), np.array(PAPER_PL_WEIGHTS), gen)
+    borda = vf.true_scores(profiles)["borda"]
     loop = lambda: loop_borda_winners(profiles, random.Random(1), np.random.default_rng(3))  # noqa: E731
     vector = lambda: vector_borda_winners(profiles, np.random.default_rng(2))  # noqa: E731
     w_loop, w_vec = loop(), vector()  # the outputs to compare; these calls also warm up the timing below
     speed = bench.compare({"vectorised": vector, "per-voter loop": loop}, "vectorised", rounds=REPEATS,
                           warmup=0, clock="cpu")["per-voter loop"]
-    r_loop, r_vec = f.ratio(borda, np.array(w_loop)), f.ratio(borda, np.asarray(w_vec))
+    r_loop, r_vec = vf.ratio(borda, np.array(w_loop)), vf.ratio(borda, np.asarray(w_vec))
     se = np.sqrt(r_loop.var(ddof=1) / REPS + r_vec.var(ddof=1) / REPS)
     print(f"m={M} t={T} n={N} reps={REPS}:")
     print("  " + speed.line())
