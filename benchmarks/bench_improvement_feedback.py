@@ -75,8 +75,8 @@ def main() -> None:
     gen = np.random.default_rng(0)
     profiles = rk.plackett_luce((REPS, N), np.array(PAPER_PL_WEIGHTS), gen)
     borda = vf.true_scores(profiles)["borda"]
-    loop = lambda: loop_borda_winners(profiles, random.Random(1), np.random.default_rng(3))  # noqa: E731
-    vector = lambda: vector_borda_winners(profiles, np.random.default_rng(2))  # noqa: E731
+    loop = lambda: loop_borda_winners(profiles, random.Random(1), np.random.default_rng(3))
+    vector = lambda: vector_borda_winners(profiles, np.random.default_rng(2))
     w_loop, w_vec = loop(), vector()  # the outputs to compare; these calls also warm up the timing below
     speed = bench.compare({"vectorised": vector, "per-voter loop": loop}, "vectorised", rounds=REPEATS,
                           warmup=0, clock="cpu")["per-voter loop"]

@@ -275,7 +275,7 @@ def test_random_answers_keep_plurality_and_lose_the_ranking():
     np.testing.assert_array_equal(noisy[top], answered[top])
     assert np.all(noisy[~top] != shown[~top])
     pos = rk.positions(profiles)
-    at = lambda c: np.take_along_axis(pos, c[..., None], -1)[..., 0]  # noqa: E731
+    at = lambda c: np.take_along_axis(pos, c[..., None], -1)[..., 0]
     assert np.all(at(answered)[~top] < at(shown)[~top])
     above = (at(noisy) < at(shown))[~top].mean()
     assert abs(above - 0.6) < 0.02  # a random other candidate is above the shown one (uniform over positions 1..5) w.p. 3/5

@@ -61,7 +61,7 @@ class Params(BaseParams):
     }
 
     @classmethod
-    def resolve(cls, preset: str = "quick", **overrides: Any) -> "Params":
+    def resolve(cls, preset: str = "quick", **overrides: Any) -> Params:
         """Validate each value, then the windows against the numbers of candidates."""
         p = super().resolve(preset, **overrides)
         if p.lp_t_borda >= p.lp_m:

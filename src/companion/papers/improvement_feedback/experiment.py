@@ -19,13 +19,29 @@ import pandas as pd
 from companion import runtime
 from companion.papers.improvement_feedback import KINDS, Params
 from companion.papers.improvement_feedback import rankings as rk
-from companion.papers.improvement_feedback.theory import (EXACT_TOL, LP_EQ_TOL, Pair, lp_table, s_star, score_matrix,
-                                                          theory_row)
-from companion.papers.improvement_feedback.voting_feedback import (argmax_random, borda_estimate, copeland_estimate,
-                                                                   count_matrix, improvement_answers,
-                                                                   improvement_counts, paired_z, pairwise_answers,
-                                                                   random_answers, ratio, true_scores,
-                                                                   two_sample_reject)
+from companion.papers.improvement_feedback.theory import (
+    EXACT_TOL,
+    LP_EQ_TOL,
+    Pair,
+    lp_table,
+    s_star,
+    score_matrix,
+    theory_row,
+)
+from companion.papers.improvement_feedback.voting_feedback import (
+    argmax_random,
+    borda_estimate,
+    copeland_estimate,
+    count_matrix,
+    improvement_answers,
+    improvement_counts,
+    paired_z,
+    pairwise_answers,
+    random_answers,
+    ratio,
+    true_scores,
+    two_sample_reject,
+)
 
 RULES = ("borda", "copeland", "plurality")
 # ablations of the official estimator on the uniform-weight sample, and the constant guess
@@ -206,8 +222,8 @@ def claim_values(res: Results) -> dict[str, float | list[float]]:
     """The metric of every claim and control: one value for an exact claim (parts A and B's operators and
     LPs are computed once), one value per seed for a statistical one."""
     p, th, tc = res.params, res.theory, res.theory_controls
-    in_grid = lambda df: df[df["m"].isin(p.m_theory) & df["kind"].isin(p.feedback_kinds)]  # noqa: E731
-    at_lp = lambda df: df[(df["m"] == p.lp_m) & (df["kind"] == "unif")]  # noqa: E731
+    in_grid = lambda df: df[df["m"].isin(p.m_theory) & df["kind"].isin(p.feedback_kinds)]
+    at_lp = lambda df: df[(df["m"] == p.lp_m) & (df["kind"] == "unif")]
     grid = in_grid(th)
     pair = res.pairs[("borda", p.lp_m, p.lp_t_borda)]
     plu = score_matrix(np.eye(p.lp_m)[0], rk.all_rankings(p.lp_m))
@@ -255,11 +271,11 @@ def comparison_table(res: Results) -> pd.DataFrame:
     for rule in ("borda", "copeland"):
         for d in p.distributions:
             for n in p.n_list:
-                get = lambda meth: _ratios(res, d, [n], meth, rule).ravel()  # noqa: E731
+                r = {meth: _ratios(res, d, [n], meth, rule).ravel() for meth in ("pairwise", "unif", *ABLATIONS)}
                 row: dict[str, Any] = {"rule": rule, "distribution": d, "n": n}
-                row.update({meth: float(get(meth).mean()) for meth in ("pairwise", "unif", *ABLATIONS)})
+                row.update({meth: float(x.mean()) for meth, x in r.items()})
                 for a, b in (("unif", "pairwise"), ("unif", "plurality only")):
-                    row[f"{a} - {b}"], row[f"z ({a} - {b})"] = paired_z(get(a), get(b))
+                    row[f"{a} - {b}"], row[f"z ({a} - {b})"] = paired_z(r[a], r[b])
                 rows.append(row)
     return pd.DataFrame(rows).set_index(["rule", "distribution", "n"])
 

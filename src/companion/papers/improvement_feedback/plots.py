@@ -7,8 +7,18 @@ from matplotlib.figure import Figure
 
 from companion import plotting
 from companion.papers.improvement_feedback import rankings as rk
-from companion.papers.improvement_feedback.experiment import CONSTANT, RULES, Results, methods
-from companion.papers.improvement_feedback.theory import EXACT_TOL, borda, feedback_operator, score_matrix
+from companion.papers.improvement_feedback.experiment import (
+    CONSTANT,
+    RULES,
+    Results,
+    methods,
+)
+from companion.papers.improvement_feedback.theory import (
+    EXACT_TOL,
+    borda,
+    feedback_operator,
+    score_matrix,
+)
 
 
 def plot_theory(res: Results) -> Figure:

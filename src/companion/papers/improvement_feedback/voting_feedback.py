@@ -36,7 +36,7 @@ def improvement_answers(rankings: np.ndarray, t: int, kind: str, rng: np.random.
     u = rng.random(size=shape)
     q = (u[..., None] >= cum[np.maximum(k, 1) - 1]).sum(axis=-1)
     j = np.where(i == 0, 0, i - k + q)
-    take = lambda idx: np.take_along_axis(rankings, idx[..., None], axis=-1)[..., 0]  # noqa: E731
+    take = lambda idx: np.take_along_axis(rankings, idx[..., None], axis=-1)[..., 0]
     return take(j), take(i)
 
 
@@ -46,7 +46,7 @@ def pairwise_answers(rankings: np.ndarray, rng: np.random.Generator) -> tuple[np
     p1 = rng.integers(0, m, size=rankings.shape[:-1])
     p2 = rng.integers(0, m - 1, size=rankings.shape[:-1])
     p2 = p2 + (p2 >= p1)
-    take = lambda idx: np.take_along_axis(rankings, idx[..., None], axis=-1)[..., 0]  # noqa: E731
+    take = lambda idx: np.take_along_axis(rankings, idx[..., None], axis=-1)[..., 0]
     return take(np.minimum(p1, p2)), take(np.maximum(p1, p2))
 
 
