@@ -12,9 +12,10 @@ import pytest
 from companion import cli, registry, runner
 
 CONTRACT_KEYS = {"paper", "status", "error", "params", "claims", "metrics", "provenance"}
-CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict"}
+CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict", "role", "kind",
+              "per_seed", "direction"}
 PROVENANCE_KEYS = {"commit", "dirty", "versions", "device", "threads", "paths", "started", "wall_seconds",
-                   "cpu_seconds", "load_average", "cache_key", "code_key"}
+                   "cpu_seconds", "load_average", "cache_key", "code_key", "verdict_key", "lock", "numerics", "cpu"}
 
 
 @pytest.mark.parametrize("argv, words", [
