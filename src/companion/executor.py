@@ -42,12 +42,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from companion import registry
-from companion.runner import signals_interrupt
+from companion.runner import Interrupted, signals_interrupt
 
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
 INLINE = "inline"
 RETRIES = 2
 CONNECT_TIMEOUT_S = 10
+STOP_WAIT_S = 3  # how long an interrupt waits for an existing cluster's workers to stop our notebooks
 TOPIC = "companion-task"
 # The thread count a task runs with: the companion's own, and the BLAS pools' (a Dask nanny sets
 # the latter to 1 in its workers; an unset one would let numpy take every core of the machine).
@@ -337,7 +338,7 @@ def _on_cluster(tasks: list[Task], todo: list[int], address: str | None, workers
         for i in todo:
             key = f"companion-{tasks[i].spec.name}-{uuid.uuid4().hex[:8]}"
             task = dataclasses.replace(tasks[i], spec=dataclasses.replace(tasks[i].spec, progress=False))
-            futures.append(client.submit(execute_task, task, key=key, retries=RETRIES, pure=False))
+            futures.append(client.submit(_worker_task, task, key=key, retries=RETRIES, pure=False))
             index[key] = i
         pending = as_completed(futures)
         try:
@@ -350,8 +351,59 @@ def _on_cluster(tasks: list[Task], todo: list[int], address: str | None, workers
                     i = index[future.key]
                     finish(i, _collect(future, tasks[i].spec))
         except KeyboardInterrupt:
+            # Cancelling does not stop a task that already runs: an existing cluster's workers are
+            # told to stop our notebooks; an embedded cluster's stop theirs as they close.
             client.cancel(futures)
+            if address is not None:
+                _stop_remote(client, set(index))
             raise
+
+
+def _worker_task(task: Task) -> Done:
+    """:func:`execute_task` on a Dask worker; a notebook stopped there (the worker closes, the client
+    was interrupted) comes back as a failed point, since a KeyboardInterrupt out of a task would
+    shut the whole worker down."""
+    try:
+        return execute_task(task)
+    except Interrupted as err:
+        return Done(task.spec, False, None, str(err), error="interrupted")
+
+
+def _stop_tasks(keys: set[str], dask_worker: Any) -> int:
+    """On a worker: interrupt the notebooks of the tasks named by ``keys`` (client.run's callee)."""
+    from companion.runner import stop_runs
+
+    return stop_runs([ident for ident, key in list(dask_worker.active_threads.items()) if key in keys])
+
+
+def _stop_remote(client: Any, keys: set[str]) -> None:
+    """Interrupt our notebooks on an existing cluster (others' tasks run on), waiting a few seconds at most."""
+    stopper = threading.Thread(target=client.run, args=(_stop_tasks, keys), kwargs={"on_error": "ignore"},
+                               daemon=True)
+    stopper.start()
+    stopper.join(STOP_WAIT_S)
+
+
+def _embedded_worker_plugin() -> Any:
+    """A plugin for an embedded cluster's workers: Ctrl-C reaches them too (one process group), so
+    they leave the interrupt to the client (else each prints a traceback and closes on its own), and
+    a closing worker ends the notebooks it still runs (else it waits for them until its nanny kills
+    it, leaving their kernels behind). Made here, so that importing this module does not import
+    distributed (the class travels to the workers by value)."""
+    from distributed import WorkerPlugin
+
+    class EmbeddedWorker(WorkerPlugin):
+        def setup(self, worker: Any) -> None:
+            import signal
+
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+        def teardown(self, worker: Any) -> None:
+            from companion.runner import stop_runs
+
+            stop_runs()
+
+    return EmbeddedWorker()
 
 
 def _started(event: Any, progress: Progress) -> None:
@@ -384,6 +436,7 @@ def _client(address: str | None, workers: int, tasks: int, progress: Progress) -
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                           dashboard_address=":0", memory_limit=0,
                           silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            client.register_plugin(_embedded_worker_plugin(), name="companion-embedded-worker")
             progress.say(f"companion: embedded Dask cluster, {n} worker processes")
             _say_dashboard(client, progress)
             yield client

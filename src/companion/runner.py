@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import nbformat
 
@@ -44,7 +44,8 @@ KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 # tqdm.auto warns inside every kernel without ipywidgets ("IProgress not found", with the venv's
 # absolute path) when any library imports it; the stored pages show plain text progress instead.
 KERNEL_WARNINGS = "ignore:IProgress not found"
-# How long an interrupted run waits, twice, for its stopped kernel to go and papermill to save.
+# How long a stopped kernel has between SIGTERM and SIGKILL; an interrupted run waits twice that
+# for papermill to notice and save the notebook.
 STOP_GRACE_S = 2.0
 
 
@@ -310,20 +311,26 @@ class _Kernels:
             except ProcessLookupError:
                 pass
 
-    def stop(self, papermill: threading.Thread) -> None:
-        """End every kernel (SIGTERM, then SIGKILL) and give papermill a moment to write the notebook."""
+    def interrupt(self) -> None:
+        """End the run's kernels from any thread, without waiting: SIGTERM now, SIGKILL after a grace."""
         self.stopped = True
-        try:
-            self.signal(signal.SIGTERM)
-            papermill.join(STOP_GRACE_S)
-        except KeyboardInterrupt:
-            pass  # a second interrupt: wait no longer
-        finally:
-            self.signal(signal.SIGKILL)
-        try:
-            papermill.join(STOP_GRACE_S)  # nbclient sees the dead kernel within a second, then saves
-        except KeyboardInterrupt:
-            pass
+        self.signal(signal.SIGTERM)
+        timer = threading.Timer(STOP_GRACE_S, self.signal, (signal.SIGKILL,))
+        timer.daemon = True
+        timer.start()
+
+
+# The runs under way in this process, by the thread that runs each, for stop_runs.
+_RUNS: dict[int, _Kernels] = {}
+
+
+def stop_runs(threads: Iterable[int] | None = None) -> int:
+    """Interrupt the runs executed by ``threads`` (idents; None: every run in this process), from
+    any thread and without waiting; each is then recorded as interrupted. Returns how many."""
+    chosen = [k for ident, k in list(_RUNS.items()) if threads is None or ident in set(threads)]
+    for kernels in chosen:
+        kernels.interrupt()
+    return len(chosen)
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -509,6 +516,7 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
     # while a kernel runs (a graceful shutdown of several seconds, a failure and not an interrupt
     # in the record), and an exception raised inside that loop leaves the kernel running.
     thread = threading.Thread(target=execute_notebook, name=f"papermill {p.paper.slug}", daemon=True)
+    _RUNS[threading.get_ident()] = kernels
     atexit.register(kernels.signal, signal.SIGKILL)  # a process that exits mid-run leaves no kernel behind
     try:
         with signals_interrupt():
@@ -516,12 +524,18 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
                 thread.start()
                 thread.join()
             except KeyboardInterrupt:
-                status, error = "interrupted", "interrupted (SIGINT or SIGTERM) before the notebook ended"
-                kernels.stop(thread)
-        if status == "ok" and raised:
+                kernels.interrupt()
+                try:
+                    thread.join(2 * STOP_GRACE_S)  # nbclient sees the dead kernel within a second, then saves
+                except KeyboardInterrupt:
+                    pass  # a second interrupt: wait no longer
+        if kernels.stopped:
+            status, error = "interrupted", "interrupted (SIGINT or SIGTERM) before the notebook ended"
+        elif raised:
             status, error = "failed", _failure(raised[0])
     finally:
         atexit.unregister(kernels.signal)
+        _RUNS.pop(threading.get_ident(), None)
         wall = time.perf_counter() - t0
         cpu = _children_cpu() - cpu0
         for name, value in saved.items():

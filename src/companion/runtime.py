@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import platform
+import signal
 import statistics
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from importlib import metadata
@@ -18,6 +21,8 @@ T = TypeVar("T")
 
 KEY_PACKAGES = ("companion", "numpy", "scipy", "torch", "transformers", "scikit-learn",
                 "statsmodels", "entmax", "matplotlib", "pandas", "papermill")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+TERMINATE_GRACE_S = 2.0
 
 
 def resolve_device(device: str) -> torch.device:
@@ -79,9 +84,35 @@ def provenance(params: Any, device: torch.device | str) -> dict[str, Any]:
     }
 
 
-def _init_worker() -> None:
-    """Each worker process uses one torch thread: the processes, not threads, share the cores."""
-    torch.set_num_threads(1)
+def _init_worker(parent: int) -> None:
+    """Set up a pool worker: one torch thread, interrupts left to the parent, death with the parent."""
+    torch.set_num_threads(1)  # the processes, not threads, share the cores
+    # Ctrl-C signals the whole process group; the parent alone decides what an interrupt stops.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """On Linux, have the kernel SIGKILL this process when ``parent`` ends, however it ends."""
+    # A parent that is killed (a kernel stopped by its runner) cannot terminate its pool itself.
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before prctl took effect
+        os._exit(1)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers now: SIGTERM, then SIGKILL for any still there after a grace."""
+    processes = list(pool._processes.values())  # no public handle before Python 3.14's terminate_workers
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + TERMINATE_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def parallel_map(fn: Callable[..., T], jobs: Sequence[tuple], workers: int | None = None,
@@ -90,7 +121,8 @@ def parallel_map(fn: Callable[..., T], jobs: Sequence[tuple], workers: int | Non
 
     ``fn`` must be importable (defined in a module). With one worker or one job it runs inline.
     The default number of workers is the run's :func:`thread_budget`, so a notebook on a Dask
-    worker (``COMPANION_THREADS`` set to its share) starts no pool wider than that share.
+    worker (``COMPANION_THREADS`` set to its share) starts no pool wider than that share. An
+    interrupt or a failing job ends the workers at once instead of waiting for the other jobs.
     """
     workers = min(workers or thread_budget(), len(jobs))
     if workers <= 1:
@@ -101,13 +133,19 @@ def parallel_map(fn: Callable[..., T], jobs: Sequence[tuple], workers: int | Non
                 on_done()
         return out
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),))
+    try:
         futures = [pool.submit(fn, *job) for job in jobs]
         for future in as_completed(futures):
             future.result()
             if on_done:
                 on_done()
         return [f.result() for f in futures]
+    except BaseException:
+        _terminate(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def median_time(fn: Callable[[], object], repeats: int = 5, *, warmup: int = 1,
