@@ -170,26 +170,59 @@ def _imports(source: str, module: str, is_package: bool) -> set[str]:
     return out
 
 
-@lru_cache(maxsize=4096)
-def _parsed(path: Path, stamp: tuple[int, int], name: str) -> tuple[frozenset[str], bytes, bytes]:
-    """Imports, meaning and claim declarations of one file (cached on its size and mtime, so a
-    long-lived process such as a Dask worker sees an edited file anew)."""
-    source = path.read_text()
+def _cache_dir() -> Path:
+    """Where parsed sources and the module-to-distribution map are kept between commands."""
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "companion"
+
+
+@lru_cache(maxsize=1)
+def _disk_cache() -> dict[str, Any]:
+    """The parse cache of earlier commands (content hash -> imports, meaning and claims digests)."""
+    try:
+        return json.loads((_cache_dir() / "parsed.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_disk_cache() -> None:
+    """Keep the parse cache for the next command (best effort: a read-only home just parses again)."""
+    try:
+        folder = _cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".parsed.{id(_disk_cache)}.tmp"
+        tmp.write_text(json.dumps(_disk_cache()))
+        tmp.replace(folder / "parsed.json")
+    except OSError:
+        pass
+
+
+def _parse(source: str, name: str, is_package: bool) -> dict[str, Any]:
+    """Imports, and digests of the meaning and of the claim declarations, of one source."""
     meaning, claims = normalise(source)
     try:
-        imported = frozenset(_imports(source, name, path.name == "__init__.py"))
+        imported = sorted(_imports(source, name, is_package))
     except SyntaxError:
-        imported = frozenset()
-    return imported, meaning, claims
+        imported = []
+    return {"imports": imported, "meaning": hashlib.sha256(meaning).hexdigest(),
+            "claims": hashlib.sha256(claims).hexdigest()}
 
 
 def parsed(name: str) -> tuple[Path, frozenset[str], bytes, bytes] | None:
-    """The file of ``companion`` module ``name`` with its imports, meaning and claim declarations."""
+    """The file of ``companion`` module ``name`` with its imports and the digests of its meaning and
+    claim declarations, cached by the file's content (so a Dask worker sees an edited file anew)."""
     path = module_file(name)
     if path is None:
         return None
-    st = path.stat()
-    return (path, *_parsed(path, (st.st_mtime_ns, st.st_size), name))
+    source = path.read_text()
+    cache = _disk_cache()
+    key = hashlib.sha256(f"{name}\0{source}".encode()).hexdigest()
+    if key not in cache:
+        cache[key] = _parse(source, name, path.name == "__init__.py")
+        _save_disk_cache()
+    hit = cache[key]
+    return path, frozenset(hit["imports"]), hit["meaning"].encode(), hit["claims"].encode()
 
 
 def closure(start: Iterable[str], package: str | None = None) -> tuple[dict[str, Path], set[str]]:
@@ -277,9 +310,30 @@ def external_paths(params: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=1)
+def _distributions() -> dict[str, list[str]]:
+    """Top-level module -> distributions, cached on disk per installed set (reading every
+    distribution's files takes about a second)."""
+    import sys as _sys
+
+    dirs = sorted({str(Path(p)) for p in _sys.path if p and Path(p).is_dir()})
+    stamp = hashlib.sha256(json.dumps([(d, Path(d).stat().st_mtime_ns) for d in dirs]).encode()).hexdigest()
+    path = _cache_dir() / f"distributions-{stamp[:16]}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        mapping = {k: list(v) for k, v in metadata.packages_distributions().items()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(mapping))
+    except OSError:
+        pass
+    return mapping
+
+
 def package_versions(top_names: Iterable[str]) -> dict[str, str]:
     """Installed versions of the distributions that provide the given top-level modules."""
-    dists = metadata.packages_distributions()
+    dists = _distributions()
     out = {"python": platform.python_version()}
     for top in sorted(top_names):
         for dist in dists.get(top, []):

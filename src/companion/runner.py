@@ -244,10 +244,10 @@ def _failure(exc: BaseException) -> str:
 
 def _device_of(params: BaseParams) -> str:
     """The device a run will use, as recorded in provenance."""
-    from companion.runtime import resolve_device
+    from companion.resources import device_name
 
     try:
-        return str(resolve_device(params.device))
+        return device_name(params.device)
     except RuntimeError as err:
         raise ParamError(f"parameter 'device': {err}") from None
 
@@ -373,7 +373,7 @@ class Plan:
 def plan(slug: str, preset: str = "quick", raw_params: Mapping[str, str] | None = None,
          root: Path | None = None) -> Plan:
     """Validate everything and compute the keys; raises :class:`ParamError` before any compute."""
-    from companion.runtime import thread_budget
+    from companion.resources import thread_budget
 
     root = root or registry.project_root()
     paper, params, overrides = resolve(slug, preset, raw_params or {})
