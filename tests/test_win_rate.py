@@ -13,8 +13,9 @@ import torch
 from scipy.stats import kendalltau
 
 from companion.papers import win_rate as paper
-from companion.papers.win_rate import dpo, experiment as ex, mlp_policy, paper_preset, policy_gradient as pg
-from companion.papers.win_rate import sft, wro
+from companion.papers.win_rate import dpo, mlp_policy, paper_preset, sft, wro
+from companion.papers.win_rate import experiment as ex
+from companion.papers.win_rate import policy_gradient as pg
 from companion.papers.win_rate import preferences as pr
 from companion.params import ParamError
 

@@ -13,14 +13,25 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from tqdm import tqdm
 from scipy.stats import spearmanr
+from tqdm import tqdm
 
 from companion import claims, runtime
-
-from companion.papers.win_rate import Params, dpo, policy_gradient as pg, sft, wro
-from companion.papers.win_rate.preferences import (H_FUNCTIONS, CLIP, bt_matrix, contextual_instance, h_reward, kl,
-                                                   log_policy, policy, tabular_instance, win_rate, win_vector)
+from companion.papers.win_rate import Params, dpo, sft, wro
+from companion.papers.win_rate import policy_gradient as pg
+from companion.papers.win_rate.preferences import (
+    CLIP,
+    H_FUNCTIONS,
+    bt_matrix,
+    contextual_instance,
+    h_reward,
+    kl,
+    log_policy,
+    policy,
+    tabular_instance,
+    win_rate,
+    win_vector,
+)
 
 E1, E2, E3, E4, E5 = range(1, 6)
 

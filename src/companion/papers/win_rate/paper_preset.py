@@ -10,7 +10,13 @@ import pandas as pd
 import torch
 
 from companion.papers.win_rate import mlp_policy
-from companion.papers.win_rate.experiment import E4, ParamGrid, grid_runs, grid_table, stream
+from companion.papers.win_rate.experiment import (
+    E4,
+    ParamGrid,
+    grid_runs,
+    grid_table,
+    stream,
+)
 from companion.papers.win_rate.preferences import CLIP, H_FUNCTIONS, contextual_instance
 
 
