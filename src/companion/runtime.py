@@ -17,6 +17,8 @@ from typing import Any, Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
+from companion.resources import cores, resolve_device, thread_budget  # noqa: F401  (papers call them here)
+
 T = TypeVar("T")
 
 KEY_PACKAGES = ("companion", "numpy", "scipy", "torch", "transformers", "scikit-learn",
@@ -25,29 +27,10 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TERMINATE_GRACE_S = 2.0
 
 
-def resolve_device(device: str) -> torch.device:
-    """Map ``auto | cpu | cuda`` to a torch device; asking for CUDA without one is an error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' was asked for but torch sees no CUDA device; use device='cpu' or 'auto'")
-    return torch.device(device)
-
-
 def generators(seed: int) -> tuple[np.random.Generator, torch.Generator]:
     """A numpy and a torch CPU generator derived from ``seed``; also seeds torch's default."""
     torch.manual_seed(seed)
     return np.random.default_rng(seed), torch.Generator().manual_seed(seed)
-
-
-def cores() -> int:
-    """CPU cores this process may run on."""
-    return len(os.sched_getaffinity(0))
-
-
-def thread_budget() -> int:
-    """The cores a run may use: ``$COMPANION_THREADS`` when set (a Dask worker sets it), else all."""
-    return int(os.environ.get("COMPANION_THREADS", "0")) or cores()
 
 
 def limit_threads(n: int | None = None) -> int:
