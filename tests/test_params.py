@@ -76,3 +76,35 @@ def test_lists_from_notebook_become_tuples_and_to_dict_gives_lists():
     p = P.resolve(losses=["js"])
     assert p.losses == ("js",)
     assert p.to_dict()["losses"] == ["js"]
+
+
+@dataclass(frozen=True)
+class WithPaths(BaseParams):
+    model_path: str = param("data/local/toy/model")
+    features_dir: str = param("")
+
+
+def test_a_relative_path_parameter_resolves_absolute_under_the_project_and_keys_as_spelled():
+    from companion.registry import project_root
+
+    root = project_root()
+    p = WithPaths.resolve()
+    assert p.model_path == str(root / "data" / "local" / "toy" / "model")  # opens from any folder
+    assert p.key_dict()["model_path"] == "data/local/toy/model"  # the code key is the same on every machine
+    assert WithPaths.resolve(model_path=p.model_path).key_dict() == p.key_dict()
+    assert p.features_dir == "" and p.key_dict()["features_dir"] == ""
+
+
+def test_a_path_outside_the_project_stays_absolute_in_the_key(tmp_path):
+    p = WithPaths.resolve(model_path=str(tmp_path / "m"))
+    assert p.model_path == p.key_dict()["model_path"] == str(tmp_path / "m")
+
+
+def test_ipython_shows_path_parameters_as_spelled_and_the_rest_as_repr():
+    from IPython.lib.pretty import pretty
+
+    p = WithPaths.resolve(seed=4)
+    shown = pretty(p)
+    assert shown == repr(p).replace(repr(p.model_path), repr("data/local/toy/model"))
+    assert "seed=4" in shown and "model_path='data/local/toy/model'" in shown
+    assert pretty(P.resolve()) == repr(P.resolve())

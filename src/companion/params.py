@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence, TypeVar
 
 PRESET_NAMES = ("quick", "full", "paper")
+# Parameters whose names end so are paths: absolute once resolved (a paper opens them from the
+# kernel's folder, notebooks/), project-relative in key_dict.
+PATH_SUFFIXES = ("_path", "_dir")
 
 P = TypeVar("P", bound="BaseParams")
 # The parameters the notebook's kernel resolved last (``from_cell``): the runner records these, not
@@ -113,6 +116,9 @@ class BaseParams:
         values.update(cls.PRESETS.get(preset, {}))
         values.update({k: v for k, v in overrides.items() if v is not None})
         checked = {name: cls.check(name, value) for name, value in values.items()}
+        for f in dataclasses.fields(cls):
+            if f.name.endswith(PATH_SUFFIXES) and f.default is not dataclasses.MISSING:
+                checked[f.name] = _absolute(checked.get(f.name, f.default))
         return cls(**checked)
 
     @classmethod
@@ -188,10 +194,24 @@ class BaseParams:
         out = self.to_dict()
         root = project_root()
         for name, value in out.items():
-            if name.endswith(("_path", "_dir")) and isinstance(value, str) and Path(value).is_absolute():
+            if name.endswith(PATH_SUFFIXES) and isinstance(value, str) and Path(value).is_absolute():
                 path = Path(value)
                 out[name] = str(path.relative_to(root)) if path.is_relative_to(root) else value
         return out
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give every paper's class the display below in its own namespace: IPython looks there
+        for ``_repr_pretty_`` before it falls back to the ``__repr__`` that @dataclass writes."""
+        super().__init_subclass__(**kwargs)
+        cls._repr_pretty_ = BaseParams._repr_pretty_
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython's display: the dataclass repr with path parameters as :meth:`key_dict` spells them,
+        so that a stored page shows no machine's absolute path."""
+        spelled = self.key_dict()
+        shown = (f"{f.name}={spelled[f.name] if f.name.endswith(PATH_SUFFIXES) else getattr(self, f.name)!r}"
+                 for f in dataclasses.fields(self) if f.repr)
+        printer.text(f"{type(self).__qualname__}({', '.join(shown)})")
 
     def seed_list(self) -> list[int]:
         """The seeds the claims are evaluated over: ``seed, seed + 1, ..., seed + seeds - 1``."""
@@ -233,6 +253,11 @@ def _coerce(name: str, value: Any, kind: str, allowed: str) -> Any:
         if not math.isfinite(value):
             raise ParamError(f"parameter {name!r}: {value!r} is not finite; allowed: {allowed}")
     return value
+
+
+def _absolute(value: Any) -> Any:
+    """A non-empty path parameter as an absolute path (see :func:`resolve_path`); others as given."""
+    return str(resolve_path(value)) if isinstance(value, str) and value else value
 
 
 def _check_range(name: str, value: Any, rule: Rule, allowed: str) -> None:
