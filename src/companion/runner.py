@@ -433,7 +433,8 @@ def execute(
             "paper": slug,
             "status": status,
             "error": error,
-            "params": ran,
+            # path parameters as the project spells them: a record reads the same on every machine
+            "params": p.params.key_dict() if ran == p.params.to_dict() else ran,
             "claims": emitted["claims"],
             "metrics": emitted["metrics"],
             "provenance": {
