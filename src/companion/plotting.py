@@ -1,17 +1,19 @@
-"""One figure style for the whole book: modest PNGs, opaque backgrounds, colour-blind palette."""
+"""One figure style for the whole book: modest PNGs, opaque backgrounds, colour-blind palette.
+
+Figures are made without pyplot, so that importing this module leaves the backend alone (a Jupyter
+user's, or the kernel's ``%matplotlib inline``) and no figure outlives its last reference: pyplot
+would keep every figure until it is closed, and draw each one a second time at the end of a cell
+under ``%matplotlib inline``. A notebook shows the returned figure as the cell's value.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import matplotlib
-
-matplotlib.use("Agg", force=False)
-
-import matplotlib.pyplot as plt  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 STYLE = {
     "figure.dpi": 90,
@@ -33,14 +35,14 @@ STYLE = {
 def use_style() -> None:
     """Apply the companion's figure style (call once per notebook)."""
     sns.set_palette("colorblind")
-    plt.rcParams.update(STYLE)
+    matplotlib.rcParams.update(STYLE)
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 4.0, height: float = 3.0) -> tuple[Figure, Sequence[Axes]]:
     """A figure of ``nrows x ncols`` panels of ``width x height`` inches each; axes as a flat list."""
     use_style()
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
-                             layout="constrained")
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     return fig, list(axes.flat)
 
 
