@@ -192,3 +192,62 @@ def test_fetch_offline_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
 def test_fetch_of_a_synthetic_paper_says_there_is_nothing_to_fetch(capsys):
     assert cli.main(["fetch", "improvement-feedback"]) == 2
     assert "nothing to fetch" in capsys.readouterr().err
+
+
+def _offline_sources(monkeypatch, *found):
+    """Give ``fetch`` these sources, and mocks of both download functions that record each call."""
+    import io
+
+    import huggingface_hub
+
+    from companion import fetch
+
+    calls: list[tuple[str, str]] = []
+
+    def snapshot_download(repo_id, *, repo_type, revision, local_dir, allow_patterns):
+        calls.append((repo_id, revision))
+        (Path(local_dir) / ".cache" / "huggingface").mkdir(parents=True, exist_ok=True)  # as the hub's does
+        (Path(local_dir) / "config.json").write_text("{}")
+
+    class Reply(io.BytesIO):
+        headers = {"Content-Length": "7"}
+
+    def urlopen(request, timeout):
+        calls.append((request.full_url, ""))
+        return Reply(b"weights")
+
+    monkeypatch.setattr(fetch, "sources", lambda slug: found)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(fetch.urllib.request, "urlopen", urlopen)
+    return calls
+
+
+def test_fetch_gets_the_pinned_revision_and_not_again_what_is_there(tmp_path, monkeypatch):
+    import hashlib
+
+    from companion import fetch
+
+    hub = fetch.Source("model", "a model", "MIT", repo_id="org/model", revision="0123abcd", allow=("*.json",))
+    web = fetch.Source("data", "a file", "MIT", url="https://example.org/w.bin",
+                       sha256=hashlib.sha256(b"weights").hexdigest())
+    calls = _offline_sources(monkeypatch, hub, web)
+    fetch.fetch("toy", root=tmp_path)
+    assert calls == [("org/model", "0123abcd"), ("https://example.org/w.bin", "")]
+    fetch.fetch("toy", root=tmp_path)
+    assert len(calls) == 2  # both already there: same revision and sizes, same SHA-256
+    local = tmp_path / "data" / "local" / "toy"
+    (local / "model" / "config.json").write_text('{"edited": 1}')
+    (local / "data" / "w.bin").write_bytes(b"wrong!!")
+    fetch.fetch("toy", root=tmp_path)
+    assert calls[2:] == [("org/model", "0123abcd"), ("https://example.org/w.bin", "")]
+    assert (local / "data" / "w.bin").read_bytes() == b"weights"
+
+
+def test_fetch_refuses_a_hub_source_without_a_revision_before_downloading(tmp_path, monkeypatch):
+    from companion import fetch
+
+    web = fetch.Source("data", "a file", "MIT", url="https://example.org/w.bin")
+    calls = _offline_sources(monkeypatch, web, fetch.Source("model", "a model", "MIT", repo_id="org/model"))
+    with pytest.raises(fetch.FetchError, match="org/model .*pins no revision"):
+        fetch.fetch("toy", root=tmp_path)
+    assert calls == []
