@@ -251,3 +251,33 @@ def test_fetch_refuses_a_hub_source_without_a_revision_before_downloading(tmp_pa
     with pytest.raises(fetch.FetchError, match="org/model .*pins no revision"):
         fetch.fetch("toy", root=tmp_path)
     assert calls == []
+
+
+def test_a_store_waits_for_another_store_of_the_same_paper(toy_project, monkeypatch):
+    """Their records and page must not interleave: the second store runs only once the first is done."""
+    ran: list[str] = []
+
+    def execute(slug, preset, raw, **kw):  # a finished run, without a kernel
+        ran.append(slug)
+        params = {"preset": preset, "seed": 0}
+        return runner.RunOutcome(toy_project, {"paper": slug, "status": "ok", "error": None, "params": params,
+                                               "claims": [], "metrics": {}, "provenance": {"wall_seconds": 1.0}},
+                                 cached=False)
+
+    checked = threading.Event()  # the second store has validated its run and goes for the lock
+
+    def git_state(*args):
+        checked.set()
+        return None, None
+
+    monkeypatch.setattr(runner, "execute", execute)
+    monkeypatch.setattr(runner, "git_state", git_state)
+    second = threading.Thread(target=evidence.store, args=("toy-paper",), kwargs={"root": toy_project})
+    with evidence.store_lock(toy_project, "toy-paper"):  # the first store, under way
+        second.start()
+        assert checked.wait(30)
+        second.join(0.5)
+        assert second.is_alive() and ran == []
+    second.join(10)
+    assert not second.is_alive() and ran == ["toy-paper"]
+    assert json.loads(evidence.record_path(toy_project, "toy-paper", "quick", 0).read_text())["status"] == "ok"
