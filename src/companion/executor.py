@@ -274,7 +274,8 @@ def run_many(
     embedded cluster (inline for a single notebook). ``threads``: per notebook on a cluster
     (default ``$COMPANION_THREADS`` or 1; inline without it, a notebook uses the whole machine).
     Returns the finished tasks in the order of ``specs``; an interrupt cancels what has not
-    finished and raises ``KeyboardInterrupt`` (finished tasks are already recorded).
+    started, stops the notebooks under way (their runs are recorded as interrupted) and raises
+    ``KeyboardInterrupt`` (finished tasks are already recorded).
     """
     from companion.runner import find_cached, read_record
 
