@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -452,27 +453,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, dispatch; usage errors exit 2, disk errors 1, interrupts 130, one line each."""
-    from companion.evidence import UncommittedCode
-    from companion.fetch import FetchError
-    from companion.executor import SchedulerError
-    from companion.runner import Interrupted
+    import signal
 
     numerics.apply()  # before a kernel, a Dask worker or a process pool starts: they inherit it
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt) if main_thread else None
     try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """Parse and dispatch, each failure as one line and its exit code (SIGTERM reads as Ctrl-C)."""
+    try:
+        from companion.evidence import UncommittedCode
+        from companion.executor import SchedulerError
+        from companion.fetch import FetchError
+
         args = build_parser().parse_args(argv)
         return args.func(args)
+    except KeyboardInterrupt as err:  # first: an interrupt during the imports leaves their names unbound
+        from companion.runner import Interrupted
+
+        where = f"; recorded in {err}" if isinstance(err, Interrupted) else ""
+        print(f"companion: interrupted{where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (UsageError, ParamError, registry.UnknownPaper, UncommittedCode, SchedulerError, FetchError) as err:
         print(f"companion: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except ModuleNotFoundError as err:
         print(f"companion: error: missing dependency {err.name!r}; run `make install`", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt as err:
-        where = f"; recorded in {err}" if isinstance(err, Interrupted) else ""
-        print(f"companion: interrupted{where}", file=sys.stderr)
-        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # the reader (e.g. `| head`) closed early: not an error; keep Python's exit-time flush quiet
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -58,7 +58,7 @@ def versions(packages: tuple[str, ...] = KEY_PACKAGES) -> dict[str, str]:
 def provenance(params: Any, device: torch.device | str) -> dict[str, Any]:
     """What a page shows about how it was produced (stable across reruns of the same inputs)."""
     return {
-        "parameters": params.to_dict(),
+        "parameters": params.key_dict(),
         "seeds": params.seed_list(),
         "device": str(device),
         "torch threads": torch.get_num_threads(),
