@@ -25,8 +25,9 @@ def test_stored_records_are_current_and_from_committed_code(slug):
     for s in stored:
         assert s.record is not None, s.error
         assert s.current, (f"{s.path.relative_to(ROOT)} is stale: its code key does not match the code; "
-                           f"re-store it (companion store {slug} --preset {s.record['params']['preset']} "
-                           f"--seed {s.record['params']['seed']})")
+                           f"verify it (companion verify {slug} --preset {s.record['params']['preset']})")
+        assert s.judged, (f"{s.path.relative_to(ROOT)} shows yesterday's verdicts: a claim declaration or the "
+                          f"verdict logic changed; re-judge it (companion rejudge {slug})")
         assert s.record["provenance"]["dirty"] is False, f"{s.path.name} was stored from uncommitted code"
         assert s.path.stat().st_size < 100_000
 
