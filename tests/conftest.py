@@ -1,6 +1,13 @@
 """Shared fixtures: a throwaway project with a toy paper, so runner and CLI tests stay fast."""
+# ruff: noqa: E402  (the numerics profile is set before the numerical libraries are imported)
 
 from __future__ import annotations
+
+from companion import numerics
+
+# Before torch and numpy load here: every test process and every process it spawns computes under the
+# one profile (the CLI sets it too, and a profile set halfway through would split a test's processes).
+numerics.apply()
 
 import sys
 import types

@@ -38,7 +38,7 @@ def test_notebook_follows_the_page_anatomy(slug):
     path = paper.notebook(ROOT)
     nb = nbformat.read(path, as_version=4)
     assert path.stat().st_size < 1_000_000, "stored notebook must stay under 1 MB"
-    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.metadata["kernelspec"]["name"] == "companion"  # the kernel that computes under the numerics profile
     assert f"{{cite" in nb.cells[0].source and paper.bib_key in nb.cells[0].source
     assert notebook_parameters(path) == {"preset", *paper.module().Params.names()}
     code = [c for c in nb.cells if c.cell_type == "code"]
