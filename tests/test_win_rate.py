@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +13,9 @@ import torch
 from scipy.stats import kendalltau
 
 from companion.papers import win_rate as paper
-from companion.papers.win_rate import dpo, experiments as ex, mlp_policy, policy_gradient as pg, sft, wro
+from companion.papers.win_rate import dpo, mlp_policy, paper_preset, sft, wro
+from companion.papers.win_rate import experiment as ex
+from companion.papers.win_rate import policy_gradient as pg
 from companion.papers.win_rate import preferences as pr
 from companion.params import ParamError
 
@@ -232,14 +236,17 @@ def test_smoke_run_is_deterministic_and_checks() -> None:
     params = paper.Params.resolve("quick", smoke=True)
     a, b = paper.run(params), paper.run(params)
     assert paper.metrics(a)["e4_r2"] == paper.metrics(b)["e4_r2"]
-    assert paper.metrics(a)["dpo_discordance"] == paper.metrics(b)["dpo_discordance"]
+    assert paper.metrics(a)["dpo_discordance_every_h"] == paper.metrics(b)["dpo_discordance_every_h"]
     verdicts = paper.check(a)
     assert [v.id for v in verdicts] == [c.id for c in paper.CLAIMS]
     ids = {v.id: v for v in verdicts}
     assert ids["sft-identity"].verdict == "HOLDS" and ids["sft-identity"].interval is None
     assert len(ids["dpo-discordance"].per_seed) == 3
+    for claim in paper.CLAIMS:  # every finding's controls are measured on the same seeds
+        for control in ids[claim.id].controls:
+            assert len(control.per_seed) == len(ids[claim.id].per_seed)
     other = paper.run(dataclasses.replace(params, seed=7))
-    assert paper.metrics(other)["dpo_discordance"] != paper.metrics(a)["dpo_discordance"]
+    assert paper.metrics(other)["dpo_discordance_every_h"] != paper.metrics(a)["dpo_discordance_every_h"]
 
 
 @pytest.mark.slow
@@ -250,3 +257,74 @@ def test_paper_preset_smoke_runs_the_mlp_policy() -> None:
     assert results.e5 is not None and results.e5["nlhf_residual"].max() < 1e-9
     assert results.e4["success"].notna().all() and len(results.e4_r2) == 3
     assert {v.id for v in paper.check(results)} == {c.id for c in paper.CLAIMS}
+
+
+def test_importing_the_package_loads_neither_the_experiment_nor_torch() -> None:
+    code = ("import sys, companion.papers.win_rate as p; p.CLAIMS; p.Params.resolve('full'); "
+            "print(any(m == 'torch' or m.startswith('companion.papers.win_rate.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_every_finding_has_a_control_and_checks_have_none() -> None:
+    for claim in paper.CLAIMS:
+        assert bool(claim.controls) == (claim.role == "finding"), claim.id
+
+
+def test_empirical_win_vector_is_unbiased_and_unseen_responses_sit_at_half(instance) -> None:
+    _, p_ref, P = instance
+    w, l = sft.sample_pairs(np.random.default_rng(13), P, p_ref, 400_000)
+    w_hat = ex.empirical_win_vector(dpo.pair_weights(w, l, 8))
+    np.testing.assert_allclose(w_hat, pr.win_vector(P, p_ref), atol=0.01)
+    C = dpo.pair_weights(np.array([0, 0]), np.array([1, 1]), 4)
+    np.testing.assert_allclose(ex.empirical_win_vector(C), [1.0, 0.0, 0.5, 0.5])
+
+
+def test_e3_arms_share_instances_and_wro_ascends_its_own_objective() -> None:
+    arms = ex.e3_dpo(0, 6, 8, 50, 0.1, 1.0, 400)
+    assert set(arms) == set(ex.E3_ARMS)
+    for c in arms.values():  # same start (p_ref: WR 1/2) and the same recorded steps
+        np.testing.assert_allclose(c.wr[:, 0], 0.5, atol=1e-12)
+        np.testing.assert_array_equal(c.steps, arms["dpo"].steps)
+    assert np.all(np.diff(arms["wro"].loss, axis=1) <= 1e-12)  # ascent on the empirical WRO objective
+    assert not np.allclose(arms["wro"].wr, arms["dpo"].wr)
+
+
+def test_partial_r_squared_matches_statsmodels_and_the_shuffled_null_explains_little() -> None:
+    rng = np.random.default_rng(14)
+    base = pg.one_hot(rng.integers(0, 4, 300).astype(str))
+    extra = rng.normal(size=(300, 1))
+    y = base @ np.array([1.0, -1.0, 0.5]) + 2.0 * extra[:, 0] + rng.normal(size=300)
+    full = sm.OLS(y, sm.add_constant(np.column_stack([base, extra]))).fit()
+    reduced = sm.OLS(y, sm.add_constant(base)).fit()
+    assert np.isclose(ex.partial_r_squared(y, base, extra), 1 - full.ssr / reduced.ssr, atol=1e-12)
+    grid = ex.ParamGrid(("id", "logit"), (0.1, 0.2), (5, 30), (0.1, 0.3), (4,), 3, ref_steps=300)
+    r2 = ex.e4_r_squared(ex.e4_instance(0, 16, 3, 6, grid), 0)
+    assert r2["success_given_budget"] > r2["shuffled_given_budget"] + 0.2
+    assert 0.0 <= r2["budget"] <= 1.0 and r2["expected"] <= r2["onehot"] + 1e-12
+
+
+def test_e2_table_reads_zero_for_rlhf_against_the_logit_win_rate() -> None:
+    t = ex.e2_table(0, 2, 10, (0.3,), (0.1,), 80)
+    np.testing.assert_allclose(t["rlhf_vs_logit_wr"], 0.0)
+    np.testing.assert_allclose(t["rlhf_every_h"], 0.0)
+    np.testing.assert_allclose(t["wro_vs_wr"], 0.0)
+    assert np.all(t["dpo_every_h"] <= t[["dpo_vs_wr", "dpo_vs_log_wr", "dpo_vs_logit_wr"]].min(axis=1) + 1e-15)
+    assert np.all(t["dpo_every_h"] > 0)
+
+
+def test_mlp_driver_shares_the_grid_table() -> None:
+    grid = ex.ParamGrid(("id", "logit"), (0.1,), (3,), (0.1,), (4,), 2, ref_steps=20, ref_lr=0.01)
+    mlp = paper_preset.e4_instance_mlp(0, 8, 3, 5, grid, 8, torch.device("cpu"))
+    lin = ex.e4_instance(0, 8, 3, 5, grid)
+    assert list(mlp.columns) == list(lin.columns) and len(mlp) == len(lin)
+    assert mlp["ref_grad"].isna().all() and mlp["success"].notna().all()
+
+
+def test_iterated_sft_never_lowers_the_win_rate_under_bt() -> None:
+    """Why ``iterated-sft`` is a check: under BT the update ``p <- 2 p (P p)`` cannot lower the win rate."""
+    rng = np.random.default_rng(15)
+    r, xi = rng.standard_normal((2, 2000, 12))
+    P, p_ref = pr.bt_matrix(r), pr.policy(xi * rng.uniform(0.25, 4.0, (2000, 1)))
+    wr = pr.win_rate(sft.iterated_sft(P, p_ref, 5), P, p_ref)
+    assert np.all(np.diff(np.concatenate([np.full((1, 2000), 0.5), wr]), axis=0) >= -1e-12)
