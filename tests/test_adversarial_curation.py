@@ -172,7 +172,7 @@ def test_influence_predicts_single_flip_refits() -> None:
         assert abs(pred[k] - actual) <= max(0.2 * abs(actual), 1e-4)
 
 
-@pytest.mark.parametrize("attack", ["random", "gap", "influence", "influence_alpha0.8"])
+@pytest.mark.parametrize("attack", ["random", "gap", "gap_true", "influence", "influence_alpha0.8"])
 @pytest.mark.parametrize("b", [0.0, 0.1, 0.25])
 def test_attack_budget_is_exact(attack: str, b: float) -> None:
     x, r, psi, i, j, o = _round_data(n_pairs=400)
@@ -195,6 +195,59 @@ def test_gap_flips_largest_gaps_and_influence_lowers_covariance() -> None:
     rnd = bt.fit_bt(D, attacks.flip(o, attacks.attack_random(o, 200, np.random.default_rng(0))), 1e-2)
     cov = lambda th: attacks.misalignment(th, psi, r, 1.0)[0]  # noqa: E731
     assert cov(attacked) < 0 < cov(rnd) < cov(clean) * 1.5
+
+
+def test_gap_attack_flips_the_clean_reward_models_most_confident_pairs() -> None:
+    x, r, psi, i, j, o = _round_data(n_pairs=400)
+    idx = loop.choose_flips(loop.LoopConfig(attack="gap", budget=0.25, n_pairs=400), x, r, psi, i, j, o,
+                            np.random.default_rng(0))
+    D = psi[j] - psi[i]
+    ref = LogisticRegression(fit_intercept=False, C=1 / (1e-2 * len(o)), tol=1e-12, max_iter=10000).fit(D, o).coef_[0]
+    gaps = np.abs(D @ ref)
+    assert len(idx) == 100 and gaps[idx].min() >= np.delete(gaps, idx).max() - 1e-6
+    attacked = bt.fit_bt(D, attacks.flip(o, idx), 1e-2)
+    rnd = bt.fit_bt(D, attacks.flip(o, attacks.attack_random(o, 100, np.random.default_rng(0))), 1e-2)
+    corr = lambda th: np.corrcoef(r, psi @ th)[0, 1]  # noqa: E731
+    assert corr(attacked) < corr(rnd)
+
+
+def test_softmax_without_replacement_matches_successive_sampling() -> None:
+    u = np.array([0.0, 1.0, -0.5, 2.0])
+    w = np.exp(u) / np.exp(u).sum()
+    exact = np.array([w[i] + sum(w[j] * w[i] / (1 - w[j]) for j in range(4) if j != i) for i in range(4)])
+    rng = np.random.default_rng(0)
+    draws = np.array([loop.softmax_without_replacement(u, 2, rng) for _ in range(20000)])
+    assert all(len(set(d)) == 2 for d in draws[:500])
+    freq = np.bincount(draws.ravel(), minlength=4) / len(draws)
+    se = np.sqrt(exact * (1 - exact) / len(draws))
+    assert np.all(np.abs(freq - exact) < 4 * se)
+    first = np.bincount(draws[:, 0], minlength=4) / len(draws)
+    assert np.all(np.abs(first - w) < 4 * np.sqrt(w * (1 - w) / len(draws)))
+
+
+def test_official_curation_keeps_a_share() -> None:
+    cfg = loop.LoopConfig(n_samples=600, n_pairs=300, rounds=3, curation="softmax", keep=0.5)
+    out = loop.run_loop(cfg, 1)
+    assert out["reward"][-1] > out["reward"][0] + 1.0
+    kept = loop.curate(cfg, np.linspace(-3, 0, 600), np.random.default_rng(0))
+    assert len(kept) == 300 == len(np.unique(kept))
+
+
+def test_official_clamp_reward() -> None:
+    params = p.Params.resolve("quick", reward_form="clamp", gamma_reward=10.0)
+    assert params.r_min == 3.0
+    pts = np.array([[2.0, 0.0], [2.0, 2.9], [2.0, 4.0], [-2.0, 0.0]])
+    np.testing.assert_allclose(ring.reward(pts, params.gamma_reward, "clamp", params.r_min), [0, 0, -10, -10])
+
+
+def test_declarations_do_not_import_the_experiment() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import companion.papers.adversarial_curation as a; a.CLAIMS; a.Params.resolve('quick'); "
+            "print('companion.papers.adversarial_curation.experiment' in sys.modules, 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
 
 
 # ----------------------------------------------------------------------------- data, loop, params

@@ -4,8 +4,10 @@ Threat model: the attacker controls labels, not samples; ``gap`` and ``influence
 reward ``r`` and the rival's reward-model class (RBF features, BT loss, L2 weight).
 
 - ``random``: flip uniformly chosen labels (baseline).
-- ``gap``: flip the pairs with the largest genuine reward gap ``|r(x) - r(y)|`` (the official
-  ``attack_dist``).
+- ``gap``: flip the pairs with the largest gap ``|r_hat(x) - r_hat(y)|`` of the reward model fitted on
+  the clean labels (the official ``attack_dist`` ranks by its reward model's gap); model-free in the
+  sense that it predicts nothing about the retrained model. ``gap_true`` ranks by the genuine reward's
+  gap ``|r(x) - r(y)|`` instead.
 - ``influence``: predict, through the implicit function theorem, how flipping each label moves the
   misalignment objective ``O = alpha Cov(e^r, e^{r_hat}) + (1 - alpha) mean (r - r_hat)^2`` at the
   refitted reward model, and flip greedily in chunks, refitting between chunks. Ranked by the signed
@@ -19,8 +21,6 @@ import math
 import numpy as np
 
 from .bradley_terry import bt_hessian, fit_bt
-
-ATTACKS = ("none", "random", "gap", "influence", "influence_alpha0.8")
 
 
 def budget(b: float, n_pairs: int) -> int:
@@ -40,9 +40,9 @@ def attack_random(o: np.ndarray, n_flips: int, rng: np.random.Generator) -> np.n
     return rng.choice(len(o), size=n_flips, replace=False)
 
 
-def attack_gap(r_x: np.ndarray, r_y: np.ndarray, n_flips: int) -> np.ndarray:
-    """Indices of the ``n_flips`` pairs with the largest genuine reward gap (stable order)."""
-    return np.argsort(-np.abs(r_y - r_x), kind="stable")[:n_flips]
+def attack_gap(s_x: np.ndarray, s_y: np.ndarray, n_flips: int) -> np.ndarray:
+    """Indices of the ``n_flips`` pairs with the largest score gap ``|s_y - s_x|`` (stable order)."""
+    return np.argsort(-np.abs(s_y - s_x), kind="stable")[:n_flips]
 
 
 def misalignment(theta: np.ndarray, psi: np.ndarray, r: np.ndarray, alpha: float) -> tuple[float, np.ndarray]:

@@ -28,10 +28,12 @@ class LoopConfig:
     n_samples: int = 1500
     n_pairs: int = 800
     k_curate: int = 4
+    curation: str = "tournament"
+    keep: float = 0.5
     rounds: int = 8
     gamma: float = 1.5
     reward_form: str = "distance"
-    r_min: float = 0.5
+    r_min: float = 3.0
     s_mode: float = 0.25
     density: str = "kde"
     kde_h: float = 0.1
@@ -54,6 +56,21 @@ def luce_tournaments(u: np.ndarray, n: int, K: int, rng: np.random.Generator) ->
     logits = u[entrants]
     gumbel = -np.log(-np.log(rng.uniform(size=(n, K))))
     return entrants[np.arange(n), np.argmax(logits + gumbel, axis=1)]
+
+
+def softmax_without_replacement(u: np.ndarray, n_keep: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_keep`` distinct indices drawn one after another with probability ``softmax(u)`` over those left
+    (the official curation); the ``n_keep`` largest ``u + Gumbel`` have exactly that law."""
+    gumbel = -np.log(-np.log(rng.uniform(size=len(u))))
+    return np.argsort(-(u + gumbel), kind="stable")[:n_keep]
+
+
+def curate(cfg: LoopConfig, r_hat: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Indices of the kept samples: ``n`` K-wise Luce tournaments, or the official softmax sampling of a
+    ``keep`` share without replacement."""
+    if cfg.curation == "softmax":
+        return softmax_without_replacement(r_hat, int(round(cfg.keep * len(r_hat))), rng)
+    return luce_tournaments(r_hat, len(r_hat), cfg.k_curate, rng)
 
 
 def preference_pairs(r: np.ndarray, n_pairs: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,6 +118,9 @@ def choose_flips(cfg: LoopConfig, x: np.ndarray, r: np.ndarray, psi: np.ndarray,
     if cfg.attack == "random":
         return attack_random(o, n_flips, rng)
     if cfg.attack == "gap":
+        s = psi @ fit_bt(psi[j] - psi[i], o, cfg.l2, cfg.newton_steps)
+        return attack_gap(s[i], s[j], n_flips)
+    if cfg.attack == "gap_true":
         return attack_gap(r[i], r[j], n_flips)
     alpha = 0.8 if cfg.attack == "influence_alpha0.8" else cfg.alpha
     ev = rng.choice(len(x), size=min(cfg.eval_max, len(x)), replace=False)
@@ -135,17 +155,17 @@ def run_loop(cfg: LoopConfig, seed: int) -> dict[str, Any]:
         r_hat = psi @ theta
         out["cov"].append(float(np.cov(np.exp(r), np.exp(r_hat))[0, 1]))
         out["fit_agree"].append(float(np.corrcoef(r, r_hat)[0, 1]))
-        kept = x[luce_tournaments(r_hat, cfg.n_samples, cfg.k_curate, rng)]
+        kept = x[curate(cfg, r_hat, rng)]
         if np.isfinite(cfg.lam):
-            n_real = int(round(cfg.n_samples / (1 + cfg.lam)))
-            kept = np.concatenate([kept[: cfg.n_samples - n_real],
+            n_real = int(round(len(kept) / (1 + cfg.lam)))
+            kept = np.concatenate([kept[: len(kept) - n_real],
                                    ring.sample_ring(n_real, cfg.s_mode, real_rng)])
         x = model.fit(kept).sample(cfg.n_samples, rng)
     return {**{k: np.array(v) for k, v in out.items()}, "snapshots": snaps}
 
 
 def true_reward_loop(n: int, rounds: int, gamma: float, s_mode: float, h: float, seed: int,
-                     K: int = 2, form: str = "distance", r_min: float = 0.5) -> np.ndarray:
+                     K: int = 2, form: str = "distance", r_min: float = 3.0) -> np.ndarray:
     """Mean genuine reward at rounds 0..T of a KDE loop curated with the true reward (K-wise Luce)."""
     rng = np.random.default_rng([seed, 4])
     x = ring.sample_ring(n, s_mode, rng)
