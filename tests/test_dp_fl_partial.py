@@ -7,30 +7,33 @@ import math
 import numpy as np
 import pytest
 
-from companion.papers.dp_fl_partial import logistic_sco as lr
 from companion.papers import dp_fl_partial as dp
+from companion.papers.dp_fl_partial import experiment as ex
+from companion.papers.dp_fl_partial import logistic_sco as lr
+from companion.papers.dp_fl_partial import privacy as pv
+from companion.papers.dp_fl_partial import simulator as sim
 from companion.params import ParamError
 
 B = np.array([0.6, -0.8, 0.0])  # optimum of the quadratic test objective (||B|| = 1 < D)
 
 
-def quad_task(M: int = 4, d: int = 3, spread: float = 0.0) -> dp.Task:
+def quad_task(M: int = 4, d: int = 3, spread: float = 0.0) -> sim.Task:
     """A task object whose machine weights double as quadratic optima b_i = B + spread * e_i."""
     W = B + spread * np.eye(M, d)
     x = np.zeros((1, d))
-    return dp.Task(W, x, np.ones(1), B, 0.0)
+    return sim.Task(W, x, np.ones(1), B, 0.0)
 
 
-def quad_grads(task: dp.Task):
+def quad_grads(task: sim.Task):
     """Exact gradients of F_i(w) = ||w - b_i||^2 / 8 (G <= 3/4, L = 1/4 on the ball D = 2)."""
     return lambda P, X, Y, S: (P[:, None, :] - task.W[S]) / 4.0
 
 
-def run_quad(task: dp.Task, n: int, m: int, c: float, rows: int = 1, stop: int | None = None,
-             method: str = "nonprivate_mu2", seed: int = 0) -> dp.SimOut:
+def run_quad(task: sim.Task, n: int, m: int, c: float, rows: int = 1, stop: int | None = None,
+             method: str = "nonprivate_mu2", seed: int = 0) -> sim.SimOut:
     """Simulate noise-free mu2-FL with exact quadratic gradients on ``rows`` independent schedules."""
-    rngs = [dp.stream_rng(seed + r, 0) for r in range(rows)]
-    return dp.simulate(method, n, rngs, np.arange(rows), np.full(rows, c), np.zeros(rows), task, m, 2.0,
+    rngs = [sim.stream_rng(seed + r, 0) for r in range(rows)]
+    return sim.simulate(method, n, rngs, np.arange(rows), np.full(rows, c), np.zeros(rows), task, m, 2.0,
                        np.array([1]), grad_fn=quad_grads(task), stop=stop)
 
 
@@ -76,7 +79,7 @@ def test_anytime_average_is_explicit_weighted_sum():
     ws = rng.standard_normal((12, 3))
     x = ws[0].copy()  # x_1 = w_1
     for t in range(1, 12):
-        x = dp.anytime_average(x, ws[t], t)
+        x = sim.anytime_average(x, ws[t], t)
         weights = np.arange(1, t + 2) / ((t + 1) * (t + 2) / 2)
         np.testing.assert_allclose(x, weights @ ws[: t + 1], rtol=1e-12)
         assert math.isclose(weights.sum(), 1.0)
@@ -84,28 +87,28 @@ def test_anytime_average_is_explicit_weighted_sum():
 
 def test_increment_never_clipped_full_run():
     p = dp.Params.resolve("quick")
-    task = dp.make_task(np.random.default_rng(0), p.M, p.d, p.w_star_norm, 1.0, 20_000)
-    rngs = [dp.stream_rng(s, 0) for s in range(2)]
+    task = sim.make_task(np.random.default_rng(0), p.M, p.d, p.w_star_norm, 1.0, 20_000)
+    rngs = [sim.stream_rng(s, 0) for s in range(2)]
     for method in ("nc", "naive", "nonprivate_mu2"):
-        sig = np.full(2, dp.method_sigma(method, 1.0, p, 100))
-        out = dp.simulate(method, 100, rngs, np.arange(2), np.full(2, 3.0), sig, task, p.m, p.D, np.array([1]))
+        sig = np.full(2, ex.method_sigma(method, 1.0, p, 100))
+        out = sim.simulate(method, 100, rngs, np.arange(2), np.full(2, 3.0), sig, task, p.m, p.D, np.array([1]))
         assert out.clipped == 0
-    assert dp.increment_bound(2.0) == 3.0
+    assert pv.increment_bound(2.0) == 3.0
 
 
 def test_projection():
     rng = np.random.default_rng(3)
     w = 5 * rng.standard_normal((100, 4))
-    proj = dp.project(w, 2.0)
+    proj = sim.project(w, 2.0)
     assert np.all(np.linalg.norm(proj, axis=1) <= 2.0 + 1e-12)
     inside = w / (np.linalg.norm(w, axis=1, keepdims=True) + 1.0)
-    np.testing.assert_array_equal(dp.project(inside, 2.0), inside)
+    np.testing.assert_array_equal(sim.project(inside, 2.0), inside)
 
 
 def test_balanced_schedule():
     task = quad_task(M=20)
     n, m = 7, 5
-    S, x, y, z = dp.draw_block(np.random.default_rng(4), task, m, n)
+    S, x, y, z = sim.draw_block(np.random.default_rng(4), task, m, n)
     assert S.shape == (n * 20 // m, m)
     assert all(len(set(row)) == m for row in S)
     np.testing.assert_array_equal(np.bincount(S.ravel(), minlength=20), np.full(20, n))
@@ -117,39 +120,39 @@ def test_nc_messages_are_post_processing_of_noisy_prefix_sums():
     q, Y = rng.standard_normal((50, 3)), 40.0 * rng.standard_normal((50, 3))
     last, msgs = np.zeros(3), []
     for k in range(50):
-        msgs.append(dp.nc_message(q[k], Y[k], last))
+        msgs.append(sim.nc_message(q[k], Y[k], last))
         last = Y[k]
     np.testing.assert_allclose(np.cumsum(msgs, 0), np.cumsum(q, 0) + Y, rtol=0, atol=1e-11)
 
 
 def test_cancellation_identity_in_a_run():
     p = dp.Params.resolve("quick")
-    task = dp.make_task(np.random.default_rng(0), p.M, p.d, p.w_star_norm, 0.0, 20_000)
-    sig = np.full(2, dp.method_sigma("nc", 1.0, p, 60))
-    out = dp.simulate("nc", 60, [dp.stream_rng(0, 0)], np.zeros(2, int), np.array([0.01, 0.1]), sig, task,
-                      p.m, p.D, dp.checkpoint_rounds(240), track_clean=True)
+    task = sim.make_task(np.random.default_rng(0), p.M, p.d, p.w_star_norm, 0.0, 20_000)
+    sig = np.full(2, ex.method_sigma("nc", 1.0, p, 60))
+    out = sim.simulate("nc", 60, [sim.stream_rng(0, 0)], np.zeros(2, int), np.array([0.01, 0.1]), sig, task,
+                      p.m, p.D, sim.checkpoint_rounds(240), track_clean=True)
     assert np.all(out.identity_err < 1e-9)
 
 
 def test_calibration_monotone_and_inverts():
     for eps in (0.1, 0.5, 1.0, 4.0):
         for delta in (1e-5, 1e-8):
-            rho = dp.zcdp_rho(eps, delta)
+            rho = pv.zcdp_rho(eps, delta)
             assert abs(rho + 2 * math.sqrt(rho * math.log(1 / delta)) - eps) < 1e-12
-    z = [dp.noise_multiplier(e, 1e-5, 1000) for e in (4.0, 2.0, 1.0, 0.5)]
+    z = [pv.noise_multiplier(e, 1e-5, 1000) for e in (4.0, 2.0, 1.0, 0.5)]
     assert all(a < b for a, b in zip(z, z[1:]))
-    ratio = dp.noise_multiplier(1.0, 1e-5, 4000) / dp.noise_multiplier(1.0, 1e-5, 1000)
+    ratio = pv.noise_multiplier(1.0, 1e-5, 4000) / pv.noise_multiplier(1.0, 1e-5, 1000)
     assert math.isclose(ratio, 2.0, rel_tol=1e-12)
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 4.0])
 def test_accounting_against_opacus(eps):
     n, delta = 1000, 1e-5
-    z = dp.noise_multiplier(eps, delta, n)
-    assert 0.7 * eps <= dp.rdp_epsilon(z, n, delta) <= eps
-    z_rdp = dp.noise_multiplier(eps, delta, n, "rdp")
+    z = pv.noise_multiplier(eps, delta, n)
+    assert 0.7 * eps <= pv.rdp_epsilon(z, n, delta) <= eps
+    z_rdp = pv.noise_multiplier(eps, delta, n, "rdp")
     assert 0.75 < z_rdp / z < 0.95  # the RDP accountant needs less noise for the same budget
-    assert dp.rdp_epsilon(z_rdp, n, delta) <= eps * (1 + 1e-6)
+    assert pv.rdp_epsilon(z_rdp, n, delta) <= eps * (1 + 1e-6)
 
 
 def test_mu2_sgd_error_decreases_with_T():
@@ -159,19 +162,19 @@ def test_mu2_sgd_error_decreases_with_T():
 
 
 def test_noise_variance_flat_and_linear():
-    v_nc, v_naive = dp.noise_variance(np.random.default_rng(6), 8, 2, 4, 40, 4000)
+    v_nc, v_naive = sim.noise_variance(np.random.default_rng(6), 8, 2, 4, 40, 4000)
     np.testing.assert_allclose(v_nc[4:], 8 / 4, rtol=0.1)
     np.testing.assert_allclose(v_naive[[9, 39]], np.array([10, 40]) / 2, rtol=0.1)
 
 
 def test_batched_equals_per_seed_and_deterministic():
     p = dp.Params.resolve("quick")
-    task = dp.make_task(np.random.default_rng(0), p.M, p.d, p.w_star_norm, 0.0, 20_000)
-    sig = dp.method_sigma("nc", 1.0, p, 60)
+    task = sim.make_task(np.random.default_rng(0), p.M, p.d, p.w_star_norm, 0.0, 20_000)
+    sig = ex.method_sigma("nc", 1.0, p, 60)
     ck = np.array([10])
 
     def once(seeds):
-        return dp.simulate("nc", 60, [dp.stream_rng(s, 0) for s in seeds], np.arange(len(seeds)),
+        return sim.simulate("nc", 60, [sim.stream_rng(s, 0) for s in seeds], np.arange(len(seeds)),
                            np.full(len(seeds), 0.03), np.full(len(seeds), sig), task, p.m, p.D, ck).x_out
 
     batched = once([7, 8, 9])
@@ -202,26 +205,70 @@ def test_params_presets_resolve():
 
 def test_each_method_has_its_grid_and_edge_choices_are_found():
     p = dp.Params.resolve("quick")
-    assert dp.method_grid("nc", p) == dp.method_grid("naive", p) == p.c_grid_mu2_private
-    assert dp.method_grid("dpfedsgd", p) == p.c_grid_fedsgd
-    assert dp.method_grid("nonprivate_mu2", p) == dp.method_grid("nonprivate_fedsgd", p) == p.c_grid_nonprivate
-    res = dp.Results(p)
+    assert ex.method_grid("nc", p) == ex.method_grid("naive", p) == p.c_grid_mu2_private
+    assert ex.method_grid("dpfedsgd", p) == p.c_grid_fedsgd
+    assert ex.method_grid("nonprivate_mu2", p) == ex.method_grid("nonprivate_fedsgd", p) == p.c_grid_nonprivate
+    res = ex.Results(p)
     res.chosen_c = {("nc", 250, 1.0): p.c_grid_mu2_private[2], ("naive", 250, 1.0): min(p.c_grid_mu2_private),
                     ("dpfedsgd", 250, 1.0): max(p.c_grid_fedsgd), ("nonprivate_mu2", 250, 1.0): p.c_grid_nonprivate[1]}
-    assert sorted(dp.chosen_on_edge(res)) == [("dpfedsgd", 250, 1.0), ("naive", 250, 1.0)]
+    assert sorted(ex.chosen_on_edge(res)) == [("dpfedsgd", 250, 1.0), ("naive", 250, 1.0)]
 
 
-def test_exact_claims_take_one_value():
-    kinds = {c.id: c.kind for c in dp.CLAIMS}
-    assert kinds["accounting"] == kinds["cancel-identity"] == "exact"
+def test_claims_roles_and_controls():
+    by_id = {c.id: c for c in dp.CLAIMS}
+    constructions = ("noise-flat", "naive-noise-grows", "accounting", "cancel-identity", "release-noise")
+    assert all(by_id[k].role == "check" for k in constructions)
+    findings = [c for c in dp.CLAIMS if c.role == "finding"]
+    assert findings and all("untrained" in c.controls for c in findings)
+
+
+@pytest.fixture(scope="module")
+def small_run():
     p = dp.Params.resolve("quick", seeds=3, n_tune_seeds=2, n_list=(250, 500), n_claim=500, n_test=20_000,
                           noise_mc_draws=200, noise_epochs=8, c_grid_mu2_private=(0.001, 0.01, 0.1),
                           c_grid_fedsgd=(0.1, 1.0), c_grid_nonprivate=(1.0, 10.0))
-    res = dp.run(p)
-    values = dp.claim_values(res)
+    return dp.run(p)
+
+
+def test_exact_claims_take_one_value(small_run):
+    res, p = small_run, small_run.params
+    kinds = {c.id: c.kind for c in dp.CLAIMS}
+    assert kinds["accounting"] == kinds["cancel-identity"] == kinds["release-noise"] == "exact"
+    values = ex.claim_values(res)
     assert np.ndim(values["accounting"]) == 0 and values["cancel-identity"] == res.identity_err.max()
     verdicts = {v.id: v for v in dp.check(res)}
     assert verdicts["cancel-identity"].interval is None and verdicts["cancel-identity"].verdict == "HOLDS"
     assert len(verdicts["nc-slope"].per_seed) == 3
     assert set(res.dist) == set(res.excess) and all(np.all(v >= 0) for v in res.dist.values())
-    assert dp.chosen_c_table(res).shape == (len(p.methods), len(p.n_list) + 1)
+    assert ex.chosen_c_table(res).shape == (len(p.methods), len(p.n_list) + 1)
+
+
+def test_untrained_control_is_x_zero(small_run):
+    res, p = small_run, small_run.params
+    task = sim.make_task(np.random.default_rng(np.random.SeedSequence((p.seed, 3))), p.M, p.d, p.w_star_norm, 0.0,
+                         p.n_test)
+    zero_loss = lr.loss(np.zeros(p.d), task.x_test, task.y_test)[0]
+    assert res.trivial == pytest.approx(zero_loss - task.f_opt, rel=1e-12) and res.trivial > 0
+    values = ex.claim_values(res)
+    np.testing.assert_array_equal(values["nc-slope@untrained"], np.zeros(p.seeds))
+    at = {k: res.excess[(k, p.n_claim, p.eps_claim)] for k in ("naive", "dpfedsgd")}
+    best = min(at.values(), key=np.mean)
+    np.testing.assert_allclose(values["nc-beats-baselines@untrained"], res.trivial / best, rtol=1e-12)
+    np.testing.assert_allclose(values["baselines-learn"], best / res.trivial, rtol=1e-12)
+    verdicts = {v.id: v for v in dp.check(res)}
+    assert verdicts["nc-slope"].controls[0].verdict == "FAILS"  # a flat slope never passes <= -0.8
+
+
+def test_release_noise_matches_sigma_and_fails_when_undercalibrated(small_run):
+    res, p = small_run, small_run.params
+    sigma = ex.method_sigma("nc", p.eps_claim, p, p.n_claim)
+    np.testing.assert_allclose(res.release_rms, sigma, rtol=0.03)
+    assert ex.claim_values(res)["release-noise"] <= 1.0
+    res_low = ex.Results(p, release_rms=res.release_rms / np.sqrt(p.n_claim))  # sigma of one release, not n
+    assert ex.release_epsilon(res_low).min() > 1.0
+
+
+def test_optimal_rdp_order_beyond_opacus_default_is_inside_grid():
+    z = pv.noise_multiplier(0.25, 1e-7, 16000)
+    eps, order = pv.rdp_spent(z, 16000, 1e-7)
+    assert 63 < order < max(pv.EXTRA_ORDERS) and eps <= 0.25
