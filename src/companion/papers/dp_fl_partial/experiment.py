@@ -20,7 +20,7 @@ import pandas as pd
 from companion import claims, runtime
 from companion.papers.dp_fl_partial import NEEDED, Params
 from companion.papers.dp_fl_partial import logistic_sco as lr
-from companion.papers.dp_fl_partial.privacy import increment_bound, noise_multiplier, rdp_spent
+from companion.papers.dp_fl_partial.privacy import increment_bound, noise_multiplier, rdp_orders, rdp_spent
 from companion.papers.dp_fl_partial.simulator import (
     MU2,
     SimOut,
@@ -168,8 +168,6 @@ def run(params: Params) -> Results:
 def accounting_table(p: Params) -> list[dict[str, float]]:
     """Per (n, eps): the multiplier the run uses, opacus' RDP epsilon of it and the optimal order, the
     classical-conversion epsilon on the same orders, and the closed-form zCDP and RDP multipliers."""
-    from companion.papers.dp_fl_partial.privacy import rdp_orders
-
     orders = np.array(rdp_orders())
     table = []
     for n, eps in itertools.product(p.n_list, p.eps_list):
