@@ -33,11 +33,26 @@ def dpo_loss(log_p: np.ndarray, log_ref: np.ndarray, C: np.ndarray, beta: float)
     return np.sum(C * np.logaddexp(0.0, -z), axis=(-2, -1))
 
 
-def dpo_grad(theta: np.ndarray, log_ref: np.ndarray, C: np.ndarray, beta: float) -> np.ndarray:
-    """Gradient of :func:`dpo_loss` with respect to the softmax logits theta: (..., K)."""
-    u = theta - log_ref
-    S = C * expit(-beta * (u[..., :, None] - u[..., None, :]))
-    return -beta * (S.sum(axis=-1) - S.sum(axis=-2))
+def pair_form(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pair weights C (..., K, K) over the pairs a < b: the difference operator D (K, pairs) with
+    ``(u D)_ab = u_a - u_b``, ``C_ab + C_ba`` and ``C_ba`` (both (..., pairs))."""
+    K = C.shape[-1]
+    a, b = np.triu_indices(K, 1)
+    D = np.zeros((K, len(a)))
+    D[a, np.arange(len(a))], D[b, np.arange(len(a))] = 1.0, -1.0
+    return D, C[..., a, b] + C[..., b, a], C[..., b, a]
+
+
+def dpo_grad(theta: np.ndarray, log_ref: np.ndarray, C: np.ndarray, beta: float,
+             pairs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Gradient of :func:`dpo_loss` with respect to the softmax logits theta: (..., K).
+
+    Summed over the pairs a < b only (``sigmoid(-z_ba) = 1 - sigmoid(-z_ab)``), half the sigmoids of the
+    full K x K sum; ``pairs`` is :func:`pair_form` of C, computed when not given.
+    """
+    D, both, reverse = pair_form(C) if pairs is None else pairs
+    t = both * expit(-beta * ((theta - log_ref) @ D)) - reverse
+    return -beta * (t @ D.T)
 
 
 def train_dpo(log_ref: np.ndarray, C: np.ndarray, beta: float, lr: float, steps: int, record_every: int
@@ -48,9 +63,10 @@ def train_dpo(log_ref: np.ndarray, C: np.ndarray, beta: float, lr: float, steps:
     step 0 included.
     """
     theta = log_ref.copy()
+    pairs = pair_form(C)
     steps_at, thetas = [0], [theta.copy()]
     for t in range(1, steps + 1):
-        theta = theta - lr * dpo_grad(theta, log_ref, C, beta)
+        theta = theta - lr * dpo_grad(theta, log_ref, C, beta, pairs)
         if t % record_every == 0:
             steps_at.append(t)
             thetas.append(theta.copy())
@@ -93,9 +109,12 @@ def shell_policies(rng: np.random.Generator, p_ref: np.ndarray, kappa: float, n:
     return p, kl(p, p_ref)
 
 
+def pair_signs(a: np.ndarray) -> np.ndarray:
+    """``sign(a_i - a_j)`` over the pairs i < j (row-major): (n (n - 1) / 2,)."""
+    i, j = np.triu_indices(len(a), 1)
+    return np.sign(a[i] - a[j])
+
+
 def discordance(a: np.ndarray, b: np.ndarray) -> float:
     """Fraction of pairs i < j that a and b order oppositely, ``(1 - Kendall tau_a) / 2`` without ties."""
-    sa = np.sign(a[:, None] - a[None, :])
-    sb = np.sign(b[:, None] - b[None, :])
-    iu = np.triu_indices(len(a), 1)
-    return float(np.mean((sa * sb)[iu] < 0))
+    return float(np.mean(pair_signs(a) * pair_signs(b) < 0))

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
+from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from companion import claims, runtime
@@ -34,6 +35,8 @@ from companion.papers.win_rate.preferences import (
 )
 
 E1, E2, E3, E4, E5 = range(1, 6)
+# Every matrix here is small: BLAS threads only contend with the processes that share the cores.
+one_blas_thread = threadpool_limits.wrap(limits=1, user_api="blas")
 
 
 def stream(experiment: int, seed: int, i: int) -> np.random.Generator:
@@ -79,14 +82,25 @@ class Shell:
     kl: np.ndarray
 
 
-def e2_shell(rng: np.random.Generator, K: int, kappa: float, beta: float, n: int, gamma: float = 0.0) -> Shell:
-    """Random policies on ``KL(p || p_ref) = kappa`` scored by DPO's population loss and by WRO (h = id)."""
+def shell_instance(rng: np.random.Generator, K: int, kappa: float, n: int, gamma: float = 0.0
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One E2 instance: rewards r, p_ref, P, and n policies on ``KL(p || p_ref) = kappa`` with their KL."""
     r, p_ref, P = tabular_instance(rng, K, 1.0, gamma)
-    p, kls = dpo.shell_policies(rng, p_ref, kappa, n)
+    return (r, p_ref, P, *dpo.shell_policies(rng, p_ref, kappa, n))
+
+
+def score_shell(r: np.ndarray, p_ref: np.ndarray, P: np.ndarray, p: np.ndarray, kls: np.ndarray,
+                beta: float) -> Shell:
+    """The shell policies scored by DPO's population loss, WRO (h = id) and RLHF at ``beta``, and their h-WRs."""
     wr = win_rate(p, P, p_ref)
     loss = dpo.dpo_loss(np.log(p), np.log(p_ref), dpo.population_weights(P, p_ref), beta)
     logit_wr, log_wr = (p @ h_reward(P, p_ref, h) for h in ("logit", "log"))
     return Shell(wr, loss, wr - beta * kls, p @ r - beta * kls, logit_wr, log_wr, kls)
+
+
+def e2_shell(rng: np.random.Generator, K: int, kappa: float, beta: float, n: int, gamma: float = 0.0) -> Shell:
+    """Random policies on ``KL(p || p_ref) = kappa`` scored by DPO's population loss and by WRO (h = id)."""
+    return score_shell(*shell_instance(rng, K, kappa, n, gamma), beta)
 
 
 def e2_table(seed: int, seeds: int, K: int, kappas: Sequence[float], betas: Sequence[float], n: int,
@@ -94,16 +108,19 @@ def e2_table(seed: int, seeds: int, K: int, kappas: Sequence[float], betas: Sequ
     """Discordance of DPO, WRO (h = id) and RLHF with the h-win rates (id, log, logit), per (seed, kappa, beta).
 
     ``*_every_h`` is the smallest discordance over the three h: a method discordant with *every* h-win rate.
+    The shell of an (instance, kappa) is drawn once and scored at every beta (the h-win rates do not depend on it).
     """
     rows = []
     for i in range(seeds):
         for kappa in kappas:
-            for beta in betas:
-                s = e2_shell(stream(E2, seed, i * 1000 + int(gamma > 0)), K, kappa, beta, n, gamma)
-                wrs = {"wr": s.wr, "log_wr": s.log_wr, "logit_wr": s.logit_wr}
+            instance = shell_instance(stream(E2, seed, i * 1000 + int(gamma > 0)), K, kappa, n, gamma)
+            shells = [score_shell(*instance, beta) for beta in betas]
+            wr_signs = {h: dpo.pair_signs(getattr(shells[0], h)) for h in ("wr", "log_wr", "logit_wr")}
+            for beta, s in zip(betas, shells):
                 row = {"seed": seed + i, "kappa": kappa, "beta": beta, "gamma": gamma}
                 for name, score in (("dpo", -s.dpo_loss), ("wro", s.wro_objective), ("rlhf", s.rlhf_objective)):
-                    d = {h: dpo.discordance(score, v) for h, v in wrs.items()}
+                    signs = dpo.pair_signs(score)
+                    d = {h: float(np.mean(signs * v < 0)) for h, v in wr_signs.items()}
                     row |= {f"{name}_vs_{h}": v for h, v in d.items()} | {f"{name}_every_h": min(d.values())}
                 rows.append(row | {"kl_error": float(np.max(np.abs(s.kl - kappa)))})
     return pd.DataFrame(rows)
@@ -152,6 +169,7 @@ def train_wro(log_ref: np.ndarray, w_hat: np.ndarray, beta: float, lr: float, st
     return np.array(steps_at), np.stack(thetas)
 
 
+@one_blas_thread
 def e3_dpo(seed: int, n_seeds: int, K: int, n_pairs: int, beta: float, lr: float, iters: int,
            record_every: int = 40, arms: Sequence[str] = E3_ARMS) -> dict[str, DpoCurves]:
     """Per seed, n_pairs labelled pairs from p_ref; train loss and exact WR (against p_ref) along training of
@@ -202,6 +220,7 @@ class ParamGrid:
     ref_lr: float = 0.5
 
 
+@one_blas_thread
 def e4_instance(seed: int, X: int, d: int, K: int, grid: ParamGrid, gamma: float = 0.0) -> pd.DataFrame:
     """Every budget run of one instance: success, actual WR, expected WR (reference optimum's WR), J values."""
     rng = stream(E4, seed, 0)
@@ -352,6 +371,7 @@ def grid(params: Params) -> ParamGrid:
                      params.repeats_e4, params.ref_steps, 0.01 if params.policy_class == "mlp" else 0.5)
 
 
+@one_blas_thread
 def run(params: Params) -> Results:
     """Run E1-E4 (and E5 when intransitive preferences are asked for) under ``params``."""
     runtime.limit_threads()
