@@ -112,48 +112,50 @@ def simulate(method: str, n: int, rngs: list[np.random.Generator], row_seed: np.
     M, d = task.W.shape
     R, T, S_max = len(row_seed), n * M // m, increment_bound(D)
     stop = min(stop or T, T)
-    rows = np.arange(R)[:, None]
+    offset = np.arange(R)[:, None] * M  # row r's machines are rows r*M ... r*M + M-1 of the flat views
     eta = c / T if method in MU2 else c
     w, x, x_prev, A = (np.zeros((R, d)) for _ in range(4))
-    clean, y_last, released = np.zeros((R, d)), np.zeros((R, M, d)), np.zeros((R, M, d))
+    clean, y_last, released = np.zeros((R, d)), np.zeros((R * M, d)), np.zeros((R * M, d))
     ckpt, err, rel_ss, rel_count = np.zeros((R, len(checkpoints), d)), np.zeros(R), np.zeros(R), 0
     tracked = track_clean and method == "nc"
     k_ck, clipped, t = 0, 0, 0
     for start in range(0, -(-stop * m // M), BLOCK_EPOCHS):
         blocks = [draw_block(g, task, m, min(BLOCK_EPOCHS, n - start)) for g in rngs]
-        S, X, Y, Z = (np.stack(b)[row_seed] for b in zip(*blocks))
-        for k in range(min(S.shape[1], stop - t)):
+        S_b, X_b, Y_b, Z_b = (np.stack(b) for b in zip(*blocks))  # (streams, K, ...): rows gather per round
+        for k in range(min(S_b.shape[1], stop - t)):
             t += 1
+            Sk, Xk, Yk, Zk = S_b[row_seed, k], X_b[row_seed, k], Y_b[row_seed, k], Z_b[row_seed, k]
             if method in MU2:
-                q = t * grad_fn(x, X[:, k], Y[:, k], S[:, k]) - (t - 1) * grad_fn(x_prev, X[:, k], Y[:, k], S[:, k])
+                q = t * grad_fn(x, Xk, Yk, Sk) - (t - 1) * grad_fn(x_prev, Xk, Yk, Sk)
                 qn = np.sqrt(np.einsum("rmd,rmd->rm", q, q))[..., None]
                 clipped += int((qn > S_max * (1 + 1e-12)).sum())
                 q = q * np.minimum(1.0, S_max / np.maximum(qn, 1e-300))
                 msg = q
                 if method == "nc":
-                    fresh = sigma[:, None, None] * Z[:, k]
-                    msg = nc_message(q, fresh, y_last[rows, S[:, k]])
-                    y_last[rows, S[:, k]] = fresh
+                    who = offset + Sk
+                    fresh = sigma[:, None, None] * Zk
+                    msg = nc_message(q, fresh, y_last[who])
+                    y_last[who] = fresh
                 elif method == "naive":
-                    msg = q + sigma[:, None, None] * Z[:, k]
+                    msg = q + sigma[:, None, None] * Zk
                 A += np.einsum("rmd->rd", msg) / m
                 if tracked:
                     clean += np.einsum("rmd->rd", q) / m
-                    released[rows, S[:, k]] += msg - q
-                    noise = released[rows, S[:, k]]
+                    noise = released[who] + (msg - q)
+                    released[who] = noise
                     rel_ss += np.einsum("rmd,rmd->r", noise, noise)
                     rel_count += noise[0].size
-                state = A + sigma[:, None] * Z[:, k, 0] if method == "trusted_nc" else A
+                state = A + sigma[:, None] * Zk[:, 0] if method == "trusted_nc" else A
                 w = project(w - eta[:, None] * state, D)
                 x_prev, x = x, anytime_average(x, w, t)
             else:
-                x_prev, g = w, grad_fn(w, X[:, k], Y[:, k], S[:, k])
+                x_prev, g = w, grad_fn(w, Xk, Yk, Sk)
                 gn = np.sqrt(np.einsum("rmd,rmd->rm", g, g))[..., None]
-                g = g * np.minimum(1.0, lr.LIPSCHITZ_G / np.maximum(gn, 1e-300)) + sigma[:, None, None] * Z[:, k]
+                g = g * np.minimum(1.0, lr.LIPSCHITZ_G / np.maximum(gn, 1e-300)) + sigma[:, None, None] * Zk
                 x = (x * (t - 1) + w) / t  # uniform average of the query points w_1..w_t
                 w = project(w - (eta / (m * math.sqrt(t)))[:, None] * np.einsum("rmd->rd", g), D)
             if tracked and (t == stop or (k_ck < len(checkpoints) and t == checkpoints[k_ck])):
-                live = y_last.sum(1) / m
+                live = y_last.reshape(R, M, d).sum(1) / m
                 gap = np.linalg.norm((A - clean) - live, axis=1) / np.maximum(np.linalg.norm(live, axis=1), 1e-300)
                 err = np.maximum(err, gap)
             if k_ck < len(checkpoints) and t == checkpoints[k_ck]:
