@@ -14,7 +14,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from companion import bench
-from companion.papers.fr_geometry import embedder, experiment
+from companion.papers.fr_geometry import Params, embedder, experiment
 from companion.papers.fr_geometry import energy as en
 
 
@@ -29,8 +29,7 @@ def main(C: int = 200, D: int = 32, rounds: int = 7) -> None:
     print(f"C={C} D={D} k=10; |vectorised - loop| = {err:.1e}")
     print("  " + loop.line(50.0, ">="))
     # one evaluation pass of the quick setting
-    cfg = experiment.Config(32, 200, 40, 16, 32, 12, 4, 300, 120, 1e-3, 5e-4, 0.2, ("contrast",), 8, 30, 10, 0.1,
-                            (), 0.5, 200, 4)
+    cfg = Params.resolve("quick")
     torch.manual_seed(0)
     model = embedder.FaceCNN(cfg.width, cfg.emb_dim)
     from companion.papers.fr_geometry import faces

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 from scipy import stats
 
 from companion.papers import fr_geometry as p
-from companion.papers.fr_geometry import embedder, experiment, faces, real
+from companion.papers.fr_geometry import embedder, experiment, faces, paper_preset
 from companion.papers.fr_geometry import energy as en
 from companion.params import ParamError
 from hf_tiny import run_paper_smoke
@@ -201,9 +202,10 @@ def test_random_embedding_auc_is_half() -> None:
 
 
 # ---------------------------------------------------------------- pipeline and params
-def _tiny_config() -> experiment.Config:
-    return experiment.Config(24, 50, 20, 8, 16, 4, 2, 6, 4, 1e-3, 5e-4, 0.2, ("contrast",), 4, 12, 5, 0.1,
-                             (), 0.5, 30, 4)
+def _tiny_config() -> p.Params:
+    """A few-second seed: fields set past the presets' bounds on purpose (a test, not a run)."""
+    return replace(p.Params.resolve("quick", device="cpu"), img_size=24, n_train_ids=50, n_test_ids=20, width=8,
+                   emb_dim=16, P=4, K=2, base_steps=6, ft_steps=4, energy_ids=4, C=12, knn_k=5, macro_ids=30)
 
 
 def test_run_seed_deterministic() -> None:
@@ -221,9 +223,51 @@ def test_macro_only_seed_is_the_seeds_own_base_model() -> None:
     cfg = _tiny_config()
     whole, alone = experiment.run_seed(cfg, 4), experiment.run_macro_seed(cfg, 4)
     assert alone.macro["base"] == whole.macro["base"]
+    assert alone.macro["random"] == whole.macro["random"]  # the untrained control is the seed's own too
     assert experiment.ks_gap(alone.macro["base"]) == experiment.summary_row(whole, "knn")["ks_gap"]
     other = experiment.run_macro_seed(cfg, 5)
     assert experiment.ks_gap(other.macro["base"]) != experiment.ks_gap(alone.macro["base"])
+
+
+def _fake_seed(rng: np.random.Generator) -> experiment.SeedResult:
+    """A seed whose energies are random, with the contrast ΔE and a brightness ΔE set by hand."""
+    n, a = 8, len(faces.ATTRIBUTES)
+    E = {m: rng.uniform(0.2, 1.0, (n, a)) for m in ("random", "base", "ft_none", "ft_contrast")}
+    E["ft_none"] = E["base"] + 0.01
+    E["ft_contrast"] = E["ft_none"].copy()
+    E["ft_contrast"][:, 5] += 0.3  # contrast
+    E["ft_contrast"][:, 4] -= 0.4  # brightness, a photometric neighbour
+    ks = {k: {"ks_max": v} for k, v in (("skin_hue (identity)", 0.3), ("expression (image)", 0.1),
+                                        ("hair_hue (image)", 0.05))}
+    return experiment.SeedResult(0, {"knn": E}, {m: np.ones((n, a)) for m in E}, {}, 0,
+                                 {m: 0.9 for m in E}, {"base": ks, "random": ks}, {}, {}, {})
+
+
+def test_summary_row_controls_and_specificity_over_every_attribute() -> None:
+    r = _fake_seed(np.random.default_rng(0))
+    row = experiment.summary_row(r, "knn")
+    assert row["dE"] == pytest.approx(0.3)
+    assert row["dE_noaug"] == pytest.approx(0.01)  # ft_none - base: the no-augmentation control
+    assert row["frac_pos_noaug"] == 1.0
+    # the brightness neighbour is not excluded: |ΔE| 0.4 > 0.3 makes the specificity negative
+    assert row["max_abs_other"] == pytest.approx(0.4)
+    assert row["specificity"] == pytest.approx(-0.1)
+    E = r.energies["knn"]["random"].mean(0)
+    assert row["gap_untrained"] == pytest.approx(E[[0, 1, 2]].mean() - E[[4, 5]].mean())
+
+
+def test_claim_values_cover_every_claim_and_control() -> None:
+    params = p.Params.resolve("quick", seeds=2, macro_seeds=2)
+    rs = [_fake_seed(np.random.default_rng(s)) for s in (0, 1)]
+    values = experiment.claim_values(experiment.Results(params, rs, 0.0))
+    verdicts = p.check(experiment.Results(params, rs, 0.0))
+    assert {v.id for v in verdicts} == {c.id for c in p.CLAIMS}
+    assert all(v.controls for v in verdicts if v.role == "finding")
+    assert {v.id for v in verdicts if v.role == "check"} == {"guard-auc", "guard-sensitivity"}
+    assert values["aug-energy-up@no-augmentation"] == pytest.approx([0.01, 0.01])
+    assert values["invariance-gap@untrained"] != values["invariance-gap"]
+    unmeasured = experiment.claim_values(experiment.Results(params, [], 0.0))
+    assert set(unmeasured) == set(values) and all(np.isnan(np.ravel(v)).all() for v in unmeasured.values())
 
 
 @pytest.mark.parametrize("overrides, match", [
@@ -275,7 +319,7 @@ def test_paper_preset_offline_on_tiny_checkpoint_and_data(tmp_path: Path) -> Non
     model = torch.jit.script(embedder.FaceCNN(8, 16))
     torch.jit.save(model, str(tmp_path / "model.pt"))
     _tiny_celeba(tmp_path / "celeba")
-    real_out = real.run_real(p.Params.resolve("paper", model_path=str(tmp_path / "model.pt"),
+    real_out = paper_preset.run_real(p.Params.resolve("paper", model_path=str(tmp_path / "model.pt"),
                                                 data_path=str(tmp_path / "celeba"), smoke=True, device="cpu",
                                                 paper_img_size=32))
     assert real_out.energies["knn"].shape == (4, 4)

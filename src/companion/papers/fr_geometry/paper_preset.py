@@ -11,7 +11,8 @@ contrast, hue; the same operations as the renderer, applied to real photos, whic
 paper's GAN-Control lattice: no facial-attribute control without a generator), on identities with
 at least C images (each photo is a base point); and the macroscale KS of every CelebA attribute,
 with intra-/inter-identity entropies and their Spearman correlation with KS. The GAN-Control
-images and the ArcFace fine-tuning are not reproduced here; the claim rows are INCONCLUSIVE (NaN).
+images and the ArcFace fine-tuning are not reproduced here: this is not the paper's setting, and every
+claim row is NaN (INCONCLUSIVE) at this preset.
 """
 
 from __future__ import annotations
@@ -144,11 +145,6 @@ def run_real(params: Any) -> RealResult:
     rho = {f"ks_vs_{e}": float(stats.spearmanr(macro.ks_max, macro[e]).statistic) if len(macro) > 2 else float("nan")
            for e in ("intra_entropy", "inter_entropy")}
     return RealResult(E, S, macro, rho, n_img + len(sub))
-
-
-def claim_values(real: RealResult, claims: list) -> dict[str, Any]:
-    """The synthetic claims cannot be measured on a real model without a generator: NaN (INCONCLUSIVE)."""
-    return {c.id: (float("nan") if c.kind == "exact" else [float("nan")]) for c in claims}
 
 
 def metrics(real: RealResult) -> dict[str, Any]:
