@@ -30,7 +30,7 @@ def plot_excess_vs_n(res: Results) -> Figure:
     """Excess loss vs n (log-log) at eps_claim with +-1 SE bars, fitted slopes, guide slopes -1, -1/2 and
     the untrained model's F(0) - F*."""
     p = res.params
-    fig, (ax,) = plotting.figure(width=5.0, height=3.6)
+    fig, (ax,) = plotting.figure(width=6.8, height=3.6)
     n = np.array(p.n_list, dtype=float)
     for k in p.methods:
         ms = np.array([_mean_se(res.excess[(k, int(v), p.eps_claim)]) for v in n])
@@ -43,7 +43,7 @@ def plot_excess_vs_n(res: Results) -> Figure:
     ax.set(xscale="log", yscale="log", xlabel="samples per machine n", ylabel="excess loss F(x) - F*",
            title=f"eps = {p.eps_claim:g}, M = {p.M}, m = {p.m}")
     _plain_log_ticks(ax, n)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # outside: the curves fill the axes
     return fig
 
 
