@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 import statsmodels.api as sm
 import torch
@@ -328,3 +329,22 @@ def test_iterated_sft_never_lowers_the_win_rate_under_bt() -> None:
     P, p_ref = pr.bt_matrix(r), pr.policy(xi * rng.uniform(0.25, 4.0, (2000, 1)))
     wr = pr.win_rate(sft.iterated_sft(P, p_ref, 5), P, p_ref)
     assert np.all(np.diff(np.concatenate([np.full((1, 2000), 0.5), wr]), axis=0) >= -1e-12)
+
+
+def test_reinforce_blocks_of_runs_do_not_change_the_estimate(monkeypatch) -> None:
+    """Runs are processed in cache-sized blocks; the estimate must not depend on the block size."""
+    rng = np.random.default_rng(16)
+    phi, _, p_ref, P = pr.contextual_instance(rng, 12, 3, 6)
+    hP = np.stack([pr.H_FUNCTIONS[h](np.clip(P, pr.CLIP, 1 - pr.CLIP)) for h in ("id", "log")])
+    theta = rng.normal(size=(10, 3, 6))
+    args = (theta, phi, np.log(p_ref), hP, np.arange(10) % 2, np.linspace(0.05, 0.5, 10), 8)
+    whole = pg.reinforce_gradient(*args, np.random.default_rng(17))
+    monkeypatch.setattr(pg, "CACHE_ENTRIES", 3 * 8 * 6)  # blocks of 3 runs, the last one short
+    np.testing.assert_array_equal(pg.reinforce_gradient(*args, np.random.default_rng(17)), whole)
+
+
+def test_e2_shell_scored_at_several_betas_equals_one_beta_at_a_time() -> None:
+    both = ex.e2_table(0, 2, 10, (0.3,), (0.1, 0.5), 60)
+    for beta in (0.1, 0.5):
+        alone = ex.e2_table(0, 2, 10, (0.3,), (beta,), 60)
+        pd.testing.assert_frame_equal(both[both["beta"] == beta].reset_index(drop=True), alone)
