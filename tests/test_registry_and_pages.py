@@ -111,6 +111,7 @@ def test_scorecard_status_and_robustness_show_claims_agreement_failures_and_miss
     robust = book.robustness_markdown(SLUGS[0], records[SLUGS[0]])
     assert "| claim | quick, seed 0 | quick, seed 100 | full, seed 0 (stale) |" in robust
     assert "| `c1` | 0.812" in robust and "verdict-inconclusive" in robust
+    assert "| *wall time* | 42 s (AMD EPYC 7B13) | 42 s | 42 s |" in robust  # the budgets, from each record
 
 
 def _judged_record(slug, values):

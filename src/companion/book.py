@@ -382,10 +382,18 @@ def robustness_markdown(slug: str, records: Sequence[evidence.Stored]) -> str:
                          + (f" {DISCRIMINATES_MARK}" if match[0].get("discriminates") else ""))
         role = "" if _role(claim) == "finding" else " (check)"
         lines.append(f"| `{claim['id']}`{role} | " + " | ".join(cells) + " |")
+    lines.append("| *wall time* | " + " | ".join(_wall_cell(s.record["provenance"]) for s in usable) + " |")
     failed = [s.label for s in usable if s.record["status"] != "ok"]
     if failed:
         lines.append(f"\nRuns that did not finish: {', '.join(failed)}.")
     return "\n".join(lines) + "\n"
+
+
+def _wall_cell(prov: Mapping[str, Any]) -> str:
+    """A stored run's wall seconds, with the threads and CPU it ran on (the budgets' evidence)."""
+    where = ", ".join(str(x) for x in (f"{prov['threads']} threads" if prov.get("threads") else None,
+                                        prov.get("cpu")) if x)
+    return f"{prov['wall_seconds']:.0f} s" + (f" ({where})" if where else "")
 
 
 def performance_section(slug: str, b: Mapping[str, Any] | None, provenance: str = "–") -> str:
