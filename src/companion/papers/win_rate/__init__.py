@@ -135,7 +135,7 @@ CLAIMS = [
     Claim("wro-concordance", "consistency check (holds by construction on an exact shell): the WRO (h = id) "
           "objective orders the shell exactly as the win rate (largest discordance)",
           "WRO has correspondence", 1e-12, "<=", kind="exact", role="check"),
-    Claim("dpo-dynamics", "soft check: along DPO training on N_pairs pairs, -train loss and the true win rate "
+    Claim("dpo-dynamics", "along DPO training on N_pairs pairs, -train loss and the true win rate "
           "have Spearman correlation below 0.5 in at least 15 % of training runs (mean of the per-run "
           "indicator); controls: WRO (h = id) trained on the same pairs, and DPO on population pair weights",
           "lower DPO loss need not mean higher win rate (Fig. 3); spec prototype 5/20", 0.15, ">=",
