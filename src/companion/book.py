@@ -391,9 +391,9 @@ def robustness_markdown(slug: str, records: Sequence[evidence.Stored]) -> str:
 
 def _wall_cell(prov: Mapping[str, Any]) -> str:
     """A stored run's wall seconds, with the threads and CPU it ran on (the budgets' evidence)."""
-    where = ", ".join(str(x) for x in (f"{prov['threads']} threads" if prov.get("threads") else None,
-                                        prov.get("cpu")) if x)
-    return f"{prov['wall_seconds']:.0f} s" + (f" ({where})" if where else "")
+    where = [f"{prov['threads']} threads"] if prov.get("threads") else []
+    where += [prov["cpu"]] if prov.get("cpu") else []
+    return f"{prov['wall_seconds']:.0f} s" + (f" ({', '.join(where)})" if where else "")
 
 
 def performance_section(slug: str, b: Mapping[str, Any] | None, provenance: str = "–") -> str:
