@@ -46,6 +46,38 @@ def test_an_interrupted_run_is_recorded_exits_130_and_leaves_nothing_half_writte
     assert cli.main(["run", "toy-paper"]) == 0
 
 
+def _failing_first(monkeypatch, message: str, times: int) -> list[int]:
+    """Make papermill raise RuntimeError(message) on its first ``times`` calls, then run for real."""
+    import papermill
+
+    real, calls = papermill.execute_notebook, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            raise RuntimeError(message)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", flaky)
+    return calls
+
+
+@pytest.mark.slow
+def test_a_kernel_that_dies_while_starting_is_started_again(toy_project, monkeypatch):
+    calls = _failing_first(monkeypatch, runner.KERNEL_DIED_AT_START, runner.KERNEL_START_TRIES - 1)
+    outcome = runner.execute("toy-paper", force=True)
+    assert outcome.results["status"] == "ok" and len(calls) == runner.KERNEL_START_TRIES
+
+
+def test_a_kernel_start_is_tried_a_bounded_number_of_times_and_other_errors_once(toy_project, monkeypatch):
+    calls = _failing_first(monkeypatch, runner.KERNEL_DIED_AT_START, runner.KERNEL_START_TRIES)
+    failed = runner.execute("toy-paper", force=True).results
+    assert failed["status"] == "failed" and runner.KERNEL_DIED_AT_START in failed["error"]
+    assert len(calls) == runner.KERNEL_START_TRIES
+    calls = _failing_first(monkeypatch, "a cell raised", 1)
+    assert runner.execute("toy-paper", force=True).results["status"] == "failed" and len(calls) == 1
+
+
 def test_run_ids_are_unique_within_a_second():
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     ids = {runner.new_run_id(now, "abcdef0123") for _ in range(200)}

@@ -47,6 +47,11 @@ KERNEL_WARNINGS = "ignore:IProgress not found"
 # How long a stopped kernel has between SIGTERM and SIGKILL; an interrupted run waits twice that
 # for papermill to notice and save the notebook.
 STOP_GRACE_S = 2.0
+# A kernel can die while starting, before it runs any cell: two processes starting kernels at
+# once (the workers of a Dask cluster) can be handed the same free TCP port, and the loser exits
+# (jupyter_client's port cache is per process). Nothing ran yet, so starting again is safe.
+KERNEL_START_TRIES = 3
+KERNEL_DIED_AT_START = "Kernel died before replying to kernel_info"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -501,12 +506,19 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
 
     def execute_notebook() -> None:
         try:
-            pm.execute_notebook(
-                str(notebook), str(executed), parameters=injected, kernel_name="python3",
-                progress_bar=progress, log_output=log_output, cwd=str(notebook.parent),
-                execution_timeout=TIMEOUT_S[p.params.preset], extra_arguments=KERNEL_ARGS,
-                kernel_manager_class=kernels.manager_class(),
-            )
+            for attempt in range(1, KERNEL_START_TRIES + 1):
+                try:
+                    pm.execute_notebook(
+                        str(notebook), str(executed), parameters=injected, kernel_name="python3",
+                        progress_bar=progress, log_output=log_output, cwd=str(notebook.parent),
+                        execution_timeout=TIMEOUT_S[p.params.preset], extra_arguments=KERNEL_ARGS,
+                        kernel_manager_class=kernels.manager_class(),
+                    )
+                    return
+                except RuntimeError as exc:
+                    if (KERNEL_DIED_AT_START not in str(exc) or kernels.stopped
+                            or attempt == KERNEL_START_TRIES):
+                        raise
         except Exception as exc:  # a failing notebook is a result to record, not a crash
             raised.append(exc)
         finally:
