@@ -255,6 +255,7 @@ def test_run_in_worker_processes_matches_a_seed_run_inline() -> None:
     for h in sp.HEADS:
         assert np.array_equal(res.per_seed[1]["heads"][h]["w"], inline["heads"][h]["w"])
         assert res.per_seed[1]["heads"][h]["ap"] == inline["heads"][h]["ap"]
+        assert res.per_seed[1]["worlds"][sp.NO_JPEG][h]["ap"] == inline["worlds"][sp.NO_JPEG][h]["ap"]
     assert res.spectra["clean"].shape == (32, 32) and len(res.examples["clean"]) == 4
 
 
@@ -279,6 +280,62 @@ def test_every_seed_rows_are_exact_worst_seed_values() -> None:
     assert verdicts["clean-ap-cost-every"].value == pytest.approx(-0.01)
     assert verdicts["clean-ap-cost-every"].verdict == "HOLDS"
     assert set(sp.EVERY_SEED) <= {c.id for c in sp.CLAIMS if c.kind == "exact"}
+
+
+def test_no_jpeg_world_shares_the_fakes_and_drops_only_the_jpeg_of_the_reals() -> None:
+    """The control world: same crops and fakes, reals only quantized (train, val, test, inpainted)."""
+    params = sp.Params.resolve("quick", n_train=500, n_test=200, jpeg_q_test=(75,), inpaint_sizes=(16,))
+    sets, plain = sp.make_sets(params, np.random.default_rng(3))
+    assert set(plain) == {"train_real", "val_real", "real_test", "inpaint16"}
+    assert np.array_equal(plain["real_test"], sets["real_clean"])
+    assert np.array_equal(plain["real_test"], pp.q8(plain["real_test"]))  # quantized, not compressed
+    assert not np.array_equal(plain["train_real"], sets["train_real"])
+    # the training pairs stay aligned: the plain real and the fake come from the same crop (the fake is
+    # made from the unquantized crop, so decoding the quantized real differs by at most one level)
+    np.testing.assert_allclose(sp.generate(plain["train_real"], params), sets["train_fake"], atol=1.01 / 255)
+    outside = np.ones((32, 32), bool)
+    outside[8:24, 8:24] = False
+    assert np.array_equal(plain["inpaint16"][:, outside], plain["real_test"][:, outside])
+    assert np.array_equal(plain["inpaint16"][:, 8:24, 8:24], sets["inpaint16"][:, 8:24, 8:24])
+
+
+def test_signed_parts_add_up_to_the_logit() -> None:
+    rng = np.random.default_rng(0)
+    f, w = rng.random((50, 12)), rng.normal(size=12)
+    neg, pos = sp.signed_parts(f, w)
+    assert neg <= 0 <= pos
+    assert neg + pos == pytest.approx(float(np.mean(f @ w)))
+    assert sp.signed_parts(f, np.abs(w))[0] == 0.0
+
+
+def test_controls_come_from_lp_and_from_the_no_jpeg_world() -> None:
+    """Each finding's controls: LP in SP's place, and the same metric on the no-JPEG world's heads
+    (worst seed for the every-seed row); without a control world they are NaN, never the main values."""
+    from companion.claims import evaluate_all
+
+    def head(tpr75: float, ap16: float) -> dict:
+        return {"tpr": {"jpeg75": tpr75}, "ap": {"clean": 0.99, "inpaint16": ap16}, "frac_neg": 0.4}
+
+    keys = {"jpeg": "jpeg75", "inpaint": "inpaint16", "small": "inpaint8"}
+    per_seed = [{"heads": {"base": head(0.5, 0.6), "lp": head(0.5 + 0.01 * i, 0.6), "sp": head(0.7, 0.9)},
+                 "worlds": {sp.NO_JPEG: {"base": head(0.5, 0.6), "lp": head(0.5, 0.6),
+                                         "sp": head(0.5 - 0.02 * i, 0.85)}},
+                 "keys": keys} for i in range(3)]
+    values = sp.claim_values(per_seed)
+    assert values["jpeg75-recall@lp"] == pytest.approx([0.0, 0.01, 0.02])
+    assert values["jpeg75-recall@no-jpeg"] == pytest.approx([0.0, -0.02, -0.04])
+    assert values["jpeg75-recall-every@no-jpeg"] == pytest.approx(-0.04)
+    assert values["inpaint16-ap@no-jpeg"] == pytest.approx([0.25] * 3)
+    verdicts = {v.id: v for v in evaluate_all(sp.CLAIMS, values)}
+    assert verdicts["inpaint16-ap"].verdict == "HOLDS" and not verdicts["inpaint16-ap"].discriminates
+    assert verdicts["jpeg75-recall"].discriminates  # holds; LP and the no-JPEG world both fail
+    for s in per_seed:
+        del s["worlds"]
+    assert np.isnan(sp.claim_values(per_seed)["inpaint16-ap@no-jpeg"]).all()
+    findings = [c for c in sp.CLAIMS if c.role == "finding"]
+    assert findings and all(sp.NO_JPEG in c.controls for c in findings)
+    assert {c.id for c in sp.CLAIMS if c.role == "check"} == {"clean-ap-cost", "clean-ap-cost-every",
+                                                            "base-neg-weights"}
 
 
 # ----------------------------------------------------------------------------- paper preset (real detector)

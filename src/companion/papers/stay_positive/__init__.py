@@ -12,7 +12,9 @@ Reproduced at small scale, on CPU, with photos bundled in scikit-learn / scikit-
 JPEG-compressed patches, fakes are the same patches through a 2x "decoder" (nearest or transposed
 conv), so both a real artifact (JPEG) and a fake artifact (upsampling) predict the label during
 training. At test time fakes are JPEG-compressed, and reals are partially inpainted. We compare
-the stage-1 detector (Base), its retrained unconstrained head (LP) and Stay-Positive (SP).
+the stage-1 detector (Base), its retrained unconstrained head (LP) and Stay-Positive (SP). Each seed
+also runs a control world without the premise: the same fakes, reals never JPEG-compressed, its own
+backbone and heads; every finding is measured in both worlds.
 
 Written by hand because no maintained library does them: the synthetic real/fake world
 (:mod:`companion.papers.stay_positive.photo_patches`), the small high-pass CNN detector, the head retraining with
@@ -50,6 +52,8 @@ REAL, FAKE = 0, 1  # Stay-Positive needs class 1 = fake; with real = 1 the clamp
 HEADS = ("base", "lp", "sp")
 HEAD_NAMES = {"base": "Base", "lp": "LP (retrained)", "sp": "SP (Stay-Positive)"}
 CLAIM_Q, BOTH_Q = 75, 85
+NO_JPEG = "no-jpeg"  # the control world: the same fakes, reals without the JPEG trace
+PARTS_SETS = ("real_test", "clean", f"jpeg{CLAIM_Q}")  # where the logit is split into its signed parts
 SLUG = "stay-positive"
 N_VAL, BATCH, LR_STAGE1, HEAD_BATCH = 400, 64, 1e-3, 256
 
@@ -58,7 +62,7 @@ N_VAL, BATCH, LR_STAGE1, HEAD_BATCH = 400, 64, 1e-3, 256
 class Params(BaseParams):
     """Synthetic real/fake world and small CNN (quick, full); paper: a local res50nodown detector on local images."""
 
-    seeds: int = param(10, lo=1, hi=64, help="number of seeds the claims are evaluated over")
+    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     patch: int = param(32, lo=16, hi=512, help="patch side in pixels (multiple of 8); paper: centre-crop side")
     n_train: int = param(2000, lo=500, hi=20000, help="aligned real/fake training pairs (paper: most images per train folder)")
     n_test: int = param(300, lo=200, hi=5000, help="patches per test set (paper: most images per test folder)")
@@ -140,8 +144,9 @@ def set_keys(params: Params) -> dict[str, str]:
 
 
 
-def make_sets(params: Params, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Training pairs, validation reals and every test set, as ``(n, H, W, 3)`` float arrays."""
+def make_sets(params: Params, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Training pairs, validation reals and every test set, as ``(n, H, W, 3)`` float arrays; and the
+    sets that differ in the no-JPEG control world (the same crops and fakes, reals only quantized)."""
     imgs, size = pp.load_real_images(), params.patch
     q_lo, q_hi = params.jpeg_q_train
     crops = pp.make_patches(imgs, params.n_train, "train", rng, size)
@@ -156,9 +161,11 @@ def make_sets(params: Params, rng: np.random.Generator) -> dict[str, np.ndarray]
     sets["clean"] = generate(test, params)
     for q in eval_qualities(params):
         sets[f"jpeg{q}"] = pp.jpeg_batch(sets["clean"], q)
+    plain = {"train_real": pp.q8(crops), "val_real": pp.q8(val), "real_test": sets["real_clean"]}
     for s in eval_inpaint_sizes(params):
         sets[f"inpaint{s}"] = pp.inpaint(sets["real_test"], sets["clean"], s)
-    return sets
+        plain[f"inpaint{s}"] = pp.inpaint(plain["real_test"], sets["clean"], s)
+    return sets, plain
 
 
 # ----------------------------------------------------------------------------- detector
@@ -269,6 +276,12 @@ def retrain_head(f_real: np.ndarray, f_fake: np.ndarray, constrain: bool, steps:
     return head
 
 
+def signed_parts(feats: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """Mean over patches of the logit's negative-weight part and positive-weight part (bias apart)."""
+    neg = np.where(w < 0, w, 0.0)
+    return float(np.mean(feats @ neg)), float(np.mean(feats @ (w - neg)))
+
+
 def head_arrays(linear: nn.Linear) -> tuple[np.ndarray, float]:
     """The head as numpy: weights ``(K,)`` and bias."""
     return linear.weight.detach().numpy()[0].astype(np.float64), float(linear.bias.detach()[0])
@@ -317,6 +330,9 @@ def evaluate(heads: dict[str, tuple[np.ndarray, float]], feats: dict[str, np.nda
             "fpr_test": tpr_at(tau, logits["real_test"]),
             "fpr_real_clean": tpr_at(tau, logits["real_clean"]),
             "frac_neg": float(np.mean(w < 0)),
+            # how far clean fakes sit above the reals in units of the reals' own spread (scale-free)
+            "gap_over_sd": float((logits["clean"].mean() - logits["real_test"].mean()) / logits["real_test"].std()),
+            "parts": {k: dict(zip(("neg", "pos"), signed_parts(feats[k], w))) for k in PARTS_SETS},
             "logits": {k: logits[k] for k in ("real_test", "clean", f"jpeg{CLAIM_Q}",
                                               set_keys(params)["inpaint"]) if k in logits},
         }
@@ -346,11 +362,9 @@ def log_spectrum(x: np.ndarray) -> np.ndarray:
     return np.fft.fftshift(np.log(np.abs(np.fft.fft2(grey)) + 1e-4).mean(axis=0))
 
 
-def run_seed(params: Params, seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """One seed: data, stage 1, frozen features, LP and SP heads, evaluation, CPU seconds."""
-    rng, gen = runtime.generators(seed)
-    t0 = time.process_time()
-    sets = make_sets(params, rng)
+def run_world(params: Params, sets: dict[str, np.ndarray], seed: int) -> tuple[dict[str, Any], dict[str, float]]:
+    """Stage 1, frozen features, LP and SP heads and their evaluation on one world's sets; CPU seconds."""
+    _, gen = runtime.generators(seed)  # each world starts from the same initial weights and batch order
     t1 = time.process_time()
     model = train_stage1(Detector(params.width, params.highpass), sets["train_real"],
                          sets["train_fake"], params.epochs, gen)
@@ -363,16 +377,29 @@ def run_seed(params: Params, seed: int) -> tuple[dict[str, Any], dict[str, np.nd
         heads[name] = head_arrays(retrain_head(feats["train_real"], feats["train_fake"], constrain,
                                                params.head_steps, params.head_lr, gen))
     t4 = time.process_time()
-    out = {"seed": seed, "heads": evaluate(heads, feats, params), "keys": set_keys(params),
-           "seconds": {"data": t1 - t0, "stage1": t2 - t1, "features": t3 - t2, "heads": t4 - t3}}
+    return evaluate(heads, feats, params), {"stage1": t2 - t1, "features": t3 - t2, "heads": t4 - t3}
+
+
+def run_seed(params: Params, seed: int, control: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One seed: data, then each world (the JPEG world and, if ``control``, the no-JPEG world); CPU seconds."""
+    rng, _ = runtime.generators(seed)
+    t0 = time.process_time()
+    sets, plain = make_sets(params, rng)
+    seconds = {"data": time.process_time() - t0}
+    heads, seconds_main = run_world(params, sets, seed)
+    out = {"seed": seed, "heads": heads, "keys": set_keys(params), "worlds": {}}
+    if control:
+        out["worlds"][NO_JPEG], seconds_control = run_world(params, {**sets, **plain}, seed)
+        seconds_main = {k: v + seconds_control[k] for k, v in seconds_main.items()}
+    out["seconds"] = seconds | seconds_main
     return out, sets
 
 
-def seed_job(params: Params, seed: int, keep_examples: bool
+def seed_job(params: Params, seed: int, keep_examples: bool, control: bool = True
              ) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One seed in a worker process: its metrics, plus example patches and spectra if asked."""
     runtime.limit_threads(1)
-    out, sets = run_seed(params, seed)
+    out, sets = run_seed(params, seed, control)
     if not keep_examples:
         return out, {}, {}
     keys = set_keys(params)
@@ -399,7 +426,8 @@ def run(params: Params) -> Results:
     runtime.limit_threads(1)
     runtime.resolve_device(params.device)  # the models are tiny: they always run on CPU
     configs = variants(params)
-    jobs = [(label, (v, s, label == "main" and i == 0)) for label, v in configs.items()
+    # The ablations skip the control world: they are reported, not judged.
+    jobs = [(label, (v, s, label == "main" and i == 0, label == "main")) for label, v in configs.items()
             for i, s in enumerate(v.seed_list())]
     with tqdm(total=len(jobs), desc="seeds", disable=None, leave=False) as bar:
         outs = runtime.parallel_map(seed_job, [j for _, j in jobs], on_done=bar.update)
@@ -457,58 +485,89 @@ def run_paper(params: Params) -> Results:
 CLAIMS = [
     Claim("jpeg75-recall",
           "At a threshold fixed on clean reals (5% FPR), SP recalls more JPEG-75 fakes than Base "
-          "(mean per-seed gain in TPR)",
+          "(mean per-seed gain in TPR); controls: LP - Base (the constraint removed), and SP - Base in the "
+          "no-JPEG world (the premise removed: reals carry no JPEG trace)",
           "qualitative: Corvi+/Rajan+ more robust to compression (Sec. 4; tables not quoted here)",
-          0.05),
+          0.05, controls=("lp", NO_JPEG)),
     Claim("jpeg75-recall-every",
           "SP recalls at least as many JPEG-75 fakes as Base in every seed (the smallest per-seed gain "
-          "in TPR; the spec's second condition of claim 2)",
+          "in TPR; the spec's second condition of claim 2); control: the same in the no-JPEG world",
           "qualitative: Corvi+/Rajan+ more robust to compression (Sec. 4; tables not quoted here)",
-          0.0, kind="exact"),
+          0.0, kind="exact", controls=(NO_JPEG,)),
     Claim("clean-ap-cost",
-          "SP costs at most 0.02 AP on clean fakes vs Base (AP_SP - AP_Base, mean over seeds)",
-          "qualitative: + detectors keep in-distribution AP (tables not quoted here)", -0.02),
+          "SP costs at most 0.02 AP on clean fakes vs Base (AP_SP - AP_Base, mean over seeds); a check: "
+          "non-inferiority at the AP ceiling, which Base and LP pass trivially",
+          "qualitative: + detectors keep in-distribution AP (tables not quoted here)", -0.02, role="check"),
     Claim("clean-ap-cost-every",
           "SP costs at most 0.02 AP on clean fakes vs Base in every seed (the smallest per-seed "
-          "AP_SP - AP_Base; the spec's form of this check)",
-          "qualitative: + detectors keep in-distribution AP (tables not quoted here)", -0.02, kind="exact"),
+          "AP_SP - AP_Base; the spec's form of this check); a check, as above",
+          "qualitative: + detectors keep in-distribution AP (tables not quoted here)", -0.02, kind="exact",
+          role="check"),
     Claim("inpaint16-ap",
-          "SP separates reals from 25%-inpainted reals better than Base (gain in AP)",
-          "qualitative: better detection of inpainted reals (inpainting figure)", 0.10),
+          "SP separates reals from 25%-inpainted reals better than Base (gain in AP); controls: LP - Base "
+          "(the constraint removed), and SP - Base in the no-JPEG world (the premise removed)",
+          "qualitative: better detection of inpainted reals (inpainting figure)", 0.10,
+          controls=("lp", NO_JPEG)),
     Claim("base-neg-weights",
-          "The Base detector puts negative (real-evidence) weight on >= 20% of its features",
-          "qualitative: real-image features are used as evidence for real (Sec. 3)", 0.20),
+          "The Base detector puts negative weight on >= 20% of its features; a check: it cannot fail, "
+          "since any unconstrained head (LP, the no-JPEG world's Base) has about half its weights negative",
+          "qualitative: real-image features are used as evidence for real (Sec. 3)", 0.20, role="check"),
     Claim("constraint-not-retrain",
           "The gain comes from the constraint: SP recalls more JPEG-75 fakes than the "
-          "unconstrained retrained head LP (mean per-seed gain in TPR)",
-          "the paper's ablation (retraining without the constraint); not quoted here", 0.05),
+          "unconstrained retrained head LP (mean per-seed gain in TPR); control: the same in the "
+          "no-JPEG world",
+          "the paper's ablation (retraining without the constraint); not quoted here", 0.05,
+          controls=(NO_JPEG,)),
 ]
 
 
+def world_values(heads: list[dict[str, Any]], keys: dict[str, str]) -> dict[str, list[float]]:
+    """Each claim's metric on every seed, from one world's heads (one entry per seed)."""
+    jq, inp = keys["jpeg"], keys["inpaint"]
+    return {
+        "jpeg75-recall": [x["sp"]["tpr"][jq] - x["base"]["tpr"][jq] for x in heads],
+        "clean-ap-cost": [x["sp"]["ap"]["clean"] - x["base"]["ap"]["clean"] for x in heads],
+        "inpaint16-ap": [x["sp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["sp"]["ap"]
+                         else float("nan") for x in heads],
+        "base-neg-weights": [x["base"]["frac_neg"] for x in heads],
+        "constraint-not-retrain": [x["sp"]["tpr"][jq] - x["lp"]["tpr"][jq] for x in heads],
+    }
+
+
 def seed_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Each claim's metric on every seed."""
+    """Each claim's metric on every seed (the JPEG world)."""
+    return world_values([s["heads"] for s in per_seed], per_seed[0]["keys"])
+
+
+def control_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Each finding's control values per seed: LP in place of SP, and the no-JPEG world (NaN where not run)."""
     keys = per_seed[0]["keys"]
     jq, inp = keys["jpeg"], keys["inpaint"]
     h = [s["heads"] for s in per_seed]
-    gain75 = [x["sp"]["tpr"][jq] - x["base"]["tpr"][jq] for x in h]
-    return {
-        "jpeg75-recall": gain75,
-        "clean-ap-cost": [x["sp"]["ap"]["clean"] - x["base"]["ap"]["clean"] for x in h],
-        "inpaint16-ap": [x["sp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["sp"]["ap"]
-                         else float("nan") for x in h],
-        "base-neg-weights": [x["base"]["frac_neg"] for x in h],
-        "constraint-not-retrain": [x["sp"]["tpr"][jq] - x["lp"]["tpr"][jq] for x in h],
-    }
+    out = {"jpeg75-recall@lp": [x["lp"]["tpr"][jq] - x["base"]["tpr"][jq] for x in h],
+           "inpaint16-ap@lp": [x["lp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["lp"]["ap"]
+                               else float("nan") for x in h]}
+    if all(NO_JPEG in s.get("worlds", {}) for s in per_seed):
+        plain = world_values([s["worlds"][NO_JPEG] for s in per_seed], keys)
+    else:  # the paper preset has no control world: its findings cannot discriminate
+        plain = {k: [float("nan")] * len(per_seed) for k in world_values(h, keys)}
+    for c in CLAIMS:
+        if NO_JPEG in c.controls and c.id not in EVERY_SEED:
+            out[c.control_key(NO_JPEG)] = plain[c.id]
+    return out
 
 
 EVERY_SEED = {"jpeg75-recall-every": "jpeg75-recall", "clean-ap-cost-every": "clean-ap-cost"}
 
 
 def claim_values(per_seed: list[dict[str, Any]]) -> dict[str, float | list[float]]:
-    """Each statistical claim's per-seed values; each "in every seed" row's one value (the worst seed)."""
-    out: dict[str, float | list[float]] = dict(seed_values(per_seed))
+    """Each statistical claim's and control's per-seed values; each "in every seed" row's one value (the worst seed)."""
+    out: dict[str, float | list[float]] = dict(seed_values(per_seed)) | control_values(per_seed)
     for row, base in EVERY_SEED.items():
-        out[row] = worst(out[base], next(c.direction for c in CLAIMS if c.id == row))
+        claim = next(c for c in CLAIMS if c.id == row)
+        out[row] = worst(out[base], claim.direction)
+        for name in claim.controls:
+            out[claim.control_key(name)] = worst(out[f"{base}@{name}"], claim.direction)
     return out
 
 
@@ -518,23 +577,50 @@ def check(results: Results) -> list[Verdict]:
 
 
 def seed_table(results: Results) -> pd.DataFrame:
-    """Every claim's metric on every seed (rows: seeds)."""
-    return pd.DataFrame(seed_values(results.per_seed), index=pd.Index(results.seeds, name="seed")).round(3)
+    """Every statistical claim's and control's metric on every seed (rows: seeds)."""
+    values = {k: v for k, v in claim_values(results.per_seed).items() if np.ndim(v) == 1}
+    return pd.DataFrame(values, index=pd.Index(results.seeds, name="seed")).round(3)
 
 
-def head_means(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Mean over seeds of each head's headline numbers."""
+def world_heads(per_seed: list[dict[str, Any]], world: str | None = None) -> list[dict[str, Any]]:
+    """Each seed's heads in the JPEG world (``world=None``) or in the named control world."""
+    return [s["heads"] if world is None else s["worlds"][world] for s in per_seed]
+
+
+def parts_means(per_seed: list[dict[str, Any]], world: str | None = None) -> dict[str, dict[str, float]]:
+    """Per head, mean over seeds of the logit's negative- and positive-weight parts on each set in PARTS_SETS."""
+    heads = world_heads(per_seed, world)
+    return {name: {f"{sign}_{k}": float(np.mean([h[name]["parts"][k][sign] for h in heads]))
+                   for k in PARTS_SETS for sign in ("neg", "pos")} for name in HEADS}
+
+
+def parts_table(results: Results) -> pd.DataFrame:
+    """The logit's negative-weight and positive-weight parts per world, head and set (mean over seeds)."""
+    worlds = {"JPEG reals": None} | {"no-JPEG reals": w for w in results.per_seed[0].get("worlds", {})}
+    rows = {}
+    for label, world in worlds.items():
+        for name, parts in parts_means(results.per_seed, world).items():
+            for sign, word in (("neg", "negative-weight part"), ("pos", "positive-weight part")):
+                rows[(label, HEAD_NAMES[name], word)] = {k: parts[f"{sign}_{k}"] for k in PARTS_SETS}
+    return pd.DataFrame(rows).T.rename(columns={"real_test": "real (test)", "clean": "clean fake",
+                                                f"jpeg{CLAIM_Q}": f"fake at JPEG-{CLAIM_Q}"}).round(2)
+
+
+def head_means(per_seed: list[dict[str, Any]], world: str | None = None) -> dict[str, dict[str, float]]:
+    """Mean over seeds of each head's headline numbers (in the JPEG world, or the named control world)."""
+    heads = world_heads(per_seed, world)
     keys = per_seed[0]["keys"]
     jq, inp = keys["jpeg"], keys["inpaint"]
     out = {}
     for name in HEADS:
-        rows = [s["heads"][name] for s in per_seed]
+        rows = [h[name] for h in heads]
         pick = {"ap_clean": lambda r: r["ap"]["clean"], "tpr_clean": lambda r: r["tpr"]["clean"],
                 f"tpr_{jq}": lambda r: r["tpr"][jq], f"ap_{jq}": lambda r: r["ap"][jq],
                 f"ap_{inp}": lambda r: r["ap"].get(inp, np.nan),
                 "ap_inpaint_small": lambda r: r["ap"].get(keys["small"], np.nan),
                 f"ap_both{BOTH_Q}": lambda r: r["ap"][f"both{BOTH_Q}"],
-                "fpr_real_test": lambda r: r["fpr_test"], "frac_neg": lambda r: r["frac_neg"]}
+                "fpr_real_test": lambda r: r["fpr_test"], "frac_neg": lambda r: r["frac_neg"],
+                "gap_over_sd": lambda r: r["gap_over_sd"]}
         out[name] = {k: float(np.mean([f(r) for r in rows])) for k, f in pick.items()}
     return out
 
@@ -552,7 +638,11 @@ def metrics(results: Results) -> dict[str, Any]:
     """Small JSON-able summary: per-head means, per-seed claim values, timings, ablations."""
     out: dict[str, Any] = {"heads": head_means(results.per_seed),
                            "claims_per_seed": seed_values(results.per_seed),
+                           "parts": parts_means(results.per_seed),
                            "seconds": timing(results.per_seed)}
+    out["worlds"] = {w: {"heads": head_means(results.per_seed, w), "parts": parts_means(results.per_seed, w),
+                         "claims_per_seed": world_values(world_heads(results.per_seed, w), results.per_seed[0]["keys"])}
+                     for w in results.per_seed[0].get("worlds", {})}
     out["ablations"] = {k: head_means(v) for k, v in results.ablations.items()}
     if results.source:
         out["source"] = results.source
@@ -626,22 +716,24 @@ def plot_recall_vs_quality(results: Results) -> Figure:
     return fig
 
 
-def plot_weights(results: Results) -> Figure:
-    """Sorted last-layer weights (Base vs SP) and clean vs JPEG-75 logits of the same fakes."""
-    s0 = results.per_seed[0]["heads"]
-    fig, axes = figure(3, 1, width=3.2, height=2.8)
-    for name in ("base", "sp"):
-        w = np.sort(s0[name]["w"])
-        axes[0].bar(np.arange(len(w)), w, alpha=0.6, label=HEAD_NAMES[name])
-    axes[0].set(xlabel="feature (sorted by weight)", ylabel="w", title="last-layer weights")
+def plot_logit_parts(results: Results) -> Figure:
+    """Per world, head and set: mean negative-weight part (below 0) and positive-weight part (above 0) of the logit."""
+    worlds = {"JPEG reals (main world)": None}
+    worlds |= {"no-JPEG reals (control world)": w for w in results.per_seed[0].get("worlds", {})}
+    fig, axes = figure(len(worlds), 1, width=4.2, height=3.0)
+    labels = {"real_test": "real (test)", "clean": "clean fake", f"jpeg{CLAIM_Q}": f"fake JPEG-{CLAIM_Q}"}
+    x = np.arange(len(PARTS_SETS))
+    for ax, (title, world) in zip(axes, worlds.items()):
+        heads = world_heads(results.per_seed, world)
+        for i, name in enumerate(HEADS):
+            for sign, hatch in (("neg", "//"), ("pos", "")):
+                vals = np.array([[h[name]["parts"][k][sign] for k in PARTS_SETS] for h in heads])
+                ax.bar(x + (i - 1) * 0.27, vals.mean(axis=0), 0.25, yerr=vals.std(axis=0), hatch=hatch,
+                       color=f"C{i}", alpha=0.8, label=HEAD_NAMES[name] if sign == "pos" else None)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(x, [labels[k] for k in PARTS_SETS])
+        ax.set(ylabel="mean logit part (hatched: w < 0)", title=title)
     axes[0].legend()
-    for ax, name in zip(axes[1:], ("base", "sp")):
-        h = s0[name]
-        ax.scatter(h["logits"]["clean"], h["logits"][f"jpeg{CLAIM_Q}"], s=4, alpha=0.4)
-        ax.axvline(h["tau"], color="k", lw=0.8)
-        ax.axhline(h["tau"], color="k", lw=0.8, ls="--")
-        ax.set(xlabel="logit, clean fake", ylabel=f"logit, same fake at JPEG-{CLAIM_Q}",
-               title=HEAD_NAMES[name])
     return fig
 
 
