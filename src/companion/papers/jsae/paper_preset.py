@@ -28,7 +28,8 @@ from companion import runtime
 from companion.params import resolve_path
 
 if TYPE_CHECKING:
-    from companion.papers.jsae import Params, Results
+    from companion.papers.jsae import Params
+    from companion.papers.jsae.experiment import Results
 
 CONTEXT = 2048  # tokens per sequence, as the paper
 EVAL_TOKENS = 2**15  # held-out tokens: 16 contexts of 2048
@@ -121,7 +122,7 @@ def reinitialised(model: GPTNeoXForCausalLM, seed: int) -> GPTNeoXForCausalLM:
 
 def run_paper(params: Params) -> Results:
     """Trained checkpoint: per seed an SAE pair and a JSAE; re-initialised copy: a JSAE (and a pair); the sweep."""
-    from companion.papers import jsae
+    from companion.papers.jsae import experiment as jsae
 
     if params.smoke:
         params = dataclasses.replace(params, **SMOKE)
