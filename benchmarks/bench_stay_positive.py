@@ -20,7 +20,7 @@ from sklearn.metrics import average_precision_score
 
 from companion import bench, runtime
 from companion.papers.stay_positive import photo_patches as pp
-from companion.papers import stay_positive as sp
+from companion.papers.stay_positive import experiment as sp
 
 REPEATS = 3
 
@@ -32,7 +32,7 @@ def main() -> None:
     runtime.limit_threads()
     p = sp.Params.resolve("quick", n_train=1000, n_test=200)
     rng, gen = runtime.generators(0)
-    sets = sp.make_sets(p, rng)
+    sets, _ = sp.make_sets(p, rng)
     real, fake = sets["train_real"], sets["train_fake"]
 
     model = sp.Detector(p.width, p.highpass)

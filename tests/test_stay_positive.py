@@ -13,9 +13,9 @@ from sklearn.metrics import average_precision_score
 from hf_tiny import run_paper_smoke
 
 from companion.models import tv_resnet
-from companion.papers.stay_positive import paper_detector as pdet
+from companion.papers.stay_positive import paper_preset as pdet
 from companion.papers.stay_positive import photo_patches as pp
-from companion.papers import stay_positive as sp
+from companion.papers.stay_positive import experiment as sp
 from companion.params import ParamError
 
 
@@ -270,7 +270,7 @@ def test_every_seed_rows_are_exact_worst_seed_values() -> None:
     keys = {"jpeg": "jpeg75", "inpaint": "inpaint16", "small": "inpaint8"}
     per_seed = [{"heads": {"base": head(0.5, 0.99, 0.4), "lp": head(0.5, 0.99, 0.4),
                            "sp": head(0.5 + g, 0.99 - 0.005 * i, 0.0)}, "keys": keys} for i, g in enumerate(gains)]
-    values = sp.claim_values(per_seed)
+    values = sp.seed_claim_values(per_seed)
     verdicts = {v.id: v for v in evaluate_all(sp.CLAIMS, values)}
     every = verdicts["jpeg75-recall-every"]
     assert every.kind == "exact" and every.interval is None
@@ -321,7 +321,7 @@ def test_controls_come_from_lp_and_from_the_no_jpeg_world() -> None:
                  "worlds": {sp.NO_JPEG: {"base": head(0.5, 0.6), "lp": head(0.5, 0.6),
                                          "sp": head(0.5 - 0.02 * i, 0.85)}},
                  "keys": keys} for i in range(3)]
-    values = sp.claim_values(per_seed)
+    values = sp.seed_claim_values(per_seed)
     assert values["jpeg75-recall@lp"] == pytest.approx([0.0, 0.01, 0.02])
     assert values["jpeg75-recall@no-jpeg"] == pytest.approx([0.0, -0.02, -0.04])
     assert values["jpeg75-recall-every@no-jpeg"] == pytest.approx(-0.04)
@@ -331,7 +331,7 @@ def test_controls_come_from_lp_and_from_the_no_jpeg_world() -> None:
     assert verdicts["jpeg75-recall"].discriminates  # holds; LP and the no-JPEG world both fail
     for s in per_seed:
         del s["worlds"]
-    assert np.isnan(sp.claim_values(per_seed)["inpaint16-ap@no-jpeg"]).all()
+    assert np.isnan(sp.seed_claim_values(per_seed)["inpaint16-ap@no-jpeg"]).all()
     findings = [c for c in sp.CLAIMS if c.role == "finding"]
     assert findings and all(sp.NO_JPEG in c.controls for c in findings)
     assert {c.id for c in sp.CLAIMS if c.role == "check"} == {"clean-ap-cost", "clean-ap-cost-every",
