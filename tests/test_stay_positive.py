@@ -448,4 +448,6 @@ def test_paper_preset_runs_through_the_cli(detector_files: tuple[Path, Path, dic
     assert m["heads"]["sp"]["frac_neg"] == 0.0  # SP's trained head has w >= 0
     assert m["heads"]["base"]["frac_neg"] > 0.2  # the random checkpoint's own fc has mixed signs
     assert set(m["ap_generator"]["Base"]) == {"genA", "genB"}
+    # one backbone, one data set: the heads are trained once and every seed repeats that value
+    assert all(len(v) > 1 and np.allclose(v, v[0], equal_nan=True) for v in m["claims_per_seed"].values())
     assert {c["id"] for c in res["claims"]} == {c.id for c in sp.CLAIMS}

@@ -351,7 +351,7 @@ def run(params: Params) -> Results:
 
 
 def run_paper(params: Params) -> Results:
-    """The real setting: frozen local detector, its features on every set, Base/LP/SP heads per seed."""
+    """The real setting: frozen local detector, its features on every set, Base/LP/SP heads (trained once)."""
     from companion.papers.stay_positive import paper_preset as pdet
     from companion.params import resolve_path
 
@@ -369,21 +369,22 @@ def run_paper(params: Params) -> Results:
     base = head_arrays(net.fc)
     keys = set_keys(params)
     counts = [len(v) for v in files["generators"].values()]
-    per_seed = []
-    for i, seed in enumerate(params.seed_list()):
-        t2 = time.process_time()
-        gen = torch.Generator().manual_seed(seed)
-        heads = {"base": base}
-        for name, constrain in (("lp", False), ("sp", True)):
-            heads[name] = head_arrays(retrain_head(feats["train_real"], feats["train_fake"], constrain,
-                                                   params.head_steps, params.head_lr, gen, batch=pdet.HEAD_BATCH))
-        out = {"seed": seed, "heads": evaluate(heads, feats, params), "keys": keys,
-               "seconds": {"features": t1 - t0 if i == 0 else 0.0, "heads": time.process_time() - t2}}
-        for name, h in out["heads"].items():
-            parts = np.split(h["logits"]["clean"], np.cumsum(counts)[:-1])
-            h["ap_generator"] = {g: average_precision(h["logits"]["real_test"], part)
-                                 for g, part in zip(files["generators"], parts)}
-        per_seed.append(out)
+    # One backbone and one data set: seeds would vary only the heads' minibatches, so the heads are
+    # trained once and every seed repeats that one value (each row judged on it, without an interval).
+    t2 = time.process_time()
+    gen = torch.Generator().manual_seed(params.seed)
+    heads = {"base": base}
+    for name, constrain in (("lp", False), ("sp", True)):
+        heads[name] = head_arrays(retrain_head(feats["train_real"], feats["train_fake"], constrain,
+                                               params.head_steps, params.head_lr, gen, batch=pdet.HEAD_BATCH))
+    out = {"heads": evaluate(heads, feats, params), "keys": keys,
+           "seconds": {"features": t1 - t0, "heads": time.process_time() - t2}}
+    for name, h in out["heads"].items():
+        parts = np.split(h["logits"]["clean"], np.cumsum(counts)[:-1])
+        h["ap_generator"] = {g: average_precision(h["logits"]["real_test"], part)
+                             for g, part in zip(files["generators"], parts)}
+    per_seed = [{**out, "seed": seed, "seconds": out["seconds"] if i == 0 else dict.fromkeys(out["seconds"], 0.0)}
+                for i, seed in enumerate(params.seed_list())]
     spectra = {k: log_spectrum(examples[k]) for k in ("real_test", "clean")}
     shown = {k: examples[k] for k in ("real_test", "clean", keys["jpeg"], keys["inpaint"], keys["small"])}
     return Results(params, params.seed_list(), per_seed, shown, spectra,

@@ -16,7 +16,8 @@ is the same computation as the official one on the same inputs.
 Ours, for a CPU budget: every image is centre-cropped (symmetric padding when smaller) to one side
 ``patch`` instead of training on random 96-px crops with the official augmentations and testing on
 whole images; the head trains for ``head_steps`` steps instead of early stopping on validation
-accuracy; seeds vary only the head's minibatches (the data and Base are fixed). The test conditions
+accuracy; the heads are trained once (seeds would vary only their minibatches: the data and Base
+are fixed), and every seed repeats that one value. The test conditions
 are the toy's: fakes after JPEG (Pillow, 4:4:4) and reals whose central square is pasted from a
 fake image.
 """
