@@ -480,7 +480,7 @@ def _job(params: Params, kind: str, seed: int, lam: float, state: dict[str, Tens
 
 
 def run(params: Params, workers: int | None = None) -> Results:
-    """Train one LM from the base seed, then per seed a traditional pair and a JSAE on it, and a JSAE on a random LM.
+    """Train one LM from the base seed, then per seed a traditional pair and a JSAE on it and on a random LM.
 
     As in the paper, the claims are about SAEs trained on one given model: the seeds vary the SAEs
     (initialisation, batches, training tokens) and the random LM, and the LM is drawn from the base

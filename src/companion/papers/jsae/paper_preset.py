@@ -10,7 +10,9 @@ SAELens: reading a local corpus (a ``.txt`` file is one document, a ``.jsonl`` l
 ``"text"`` field, as the Pile does), tokenising it with the checkpoint's own tokenizer, documents
 joined by EOS and cut into contexts. Deviations, for one GPU's memory: the SAEs train on a pool of
 ``n_tokens`` activations drawn with replacement (the paper streams one epoch of 300 M tokens), and
-the re-initialisation is ``transformers``' initialiser, not TransformerLens ``init_weights``.
+the re-initialisation is ``transformers``' initialiser, not TransformerLens ``init_weights``. As in
+the toy, activations are normalised (the official code forbids it), so that the absolute thresholds
+mean the same on the checkpoint and on its far smaller re-initialised MLP output.
 """
 
 from __future__ import annotations
