@@ -271,6 +271,8 @@ def test_in_run_exactness_and_speed_check():
     acts = ex.Acts(x, y, x, y, mlp, 1.0, 1.0)
     err, speedup = ex.exactness_and_speed(sae_x, sae_y, acts)
     assert err < 1e-5 and speedup > 1.0
+    untimed = ex.exactness_and_speed(sae_x, sae_y, acts, timed=False)  # the seeds after the first: error only
+    assert untimed[0] == err and np.isnan(untimed[1])
 
 
 def oracle_pair_loss(sae_x: TopKSAE, sae_y: TopKSAE, mlp: ex.Mlp, x: torch.Tensor, y: torch.Tensor, lam: float,
