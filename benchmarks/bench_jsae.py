@@ -14,15 +14,15 @@ import torch
 
 from companion import bench, runtime
 from companion.models.topk_sae import TopKSAE, constrained_step
-from companion.papers import jsae
+from companion.papers.jsae import experiment as ex
 
 TOKENS, N, K, M, D, BATCH = 256, 512, 8, 256, 64, 512
 TARGET_STEP = 2.0
 
 
-def setup(gen: torch.Generator) -> tuple[jsae.Mlp, TopKSAE, TopKSAE, torch.Tensor]:
+def setup(gen: torch.Generator) -> tuple[ex.Mlp, TopKSAE, TopKSAE, torch.Tensor]:
     """A random GELU MLP, two TopK SAEs and a batch of MLP inputs."""
-    mlp = jsae.Mlp(torch.randn(D, M, generator=gen) / D**0.5, torch.zeros(M),
+    mlp = ex.Mlp(torch.randn(D, M, generator=gen) / D**0.5, torch.zeros(M),
                    torch.randn(M, D, generator=gen) / M**0.5, torch.zeros(D))
     return mlp, TopKSAE(D, N, K, gen), TopKSAE(D, N, K, gen), torch.randn(4096, D, generator=gen)
 
@@ -39,10 +39,10 @@ def main() -> None:
 
     def fast() -> torch.Tensor:
         with torch.no_grad():
-            return jsae.active_jacobian(sae_x, sae_y, mlp, x_hat, idx_x, idx_y)
+            return ex.active_jacobian(sae_x, sae_y, mlp, x_hat, idx_x, idx_y)
 
     def naive() -> torch.Tensor:
-        return jsae.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y).detach()
+        return ex.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y).detach()
 
     err = float((fast() - naive()).abs().max())
     speed = bench.compare({"efficient": fast, "jacrev": naive}, "efficient", rounds=5, clock="cpu")["jacrev"]
@@ -57,7 +57,7 @@ def main() -> None:
     def step(lam: float) -> None:
         idx = torch.from_numpy(rng.integers(0, len(xs), size=BATCH))
         opt.zero_grad(set_to_none=True)
-        jsae.pair_loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam, dphi=dphi[idx]).backward()
+        ex.pair_loss(sae_x, sae_y, mlp, xs[idx], ys[idx], lam, dphi=dphi[idx]).backward()
         constrained_step([sae_x, sae_y], opt)
 
     steps = bench.compare({"SAE pair step": lambda: step(0.0), "JSAE step": lambda: step(1.0)},

@@ -11,6 +11,7 @@ from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, train_b
 from companion.models.topk_sae import TopKSAE, constrained_step
 from companion.params import ParamError
 from companion.papers import jsae
+from companion.papers.jsae import experiment as ex
 from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 D, M, N, K, B = 8, 32, 64, 4, 16
@@ -19,9 +20,9 @@ D, M, N, K, B = 8, 32, 64, 4, 16
 def random_setup(dtype: torch.dtype = torch.float32, act: str = "gelu_new", seed: int = 0):
     """A random MLP, two random TopK SAEs and a batch of inputs and outputs."""
     gen = torch.Generator().manual_seed(seed)
-    mlp = jsae.Mlp(torch.randn(D, M, generator=gen) / D**0.5, 0.1 * torch.randn(M, generator=gen),
-                   torch.randn(M, D, generator=gen) / M**0.5, 0.1 * torch.randn(D, generator=gen), act)
-    mlp = jsae.Mlp(*(t.to(dtype) for t in (mlp.w_in, mlp.b_in, mlp.w_out, mlp.b_out)), act)
+    mlp = ex.Mlp(torch.randn(D, M, generator=gen) / D**0.5, 0.1 * torch.randn(M, generator=gen),
+                 torch.randn(M, D, generator=gen) / M**0.5, 0.1 * torch.randn(D, generator=gen), act)
+    mlp = ex.Mlp(*(t.to(dtype) for t in (mlp.w_in, mlp.b_in, mlp.w_out, mlp.b_out)), act)
     sae_x, sae_y = TopKSAE(D, N, K, gen).to(dtype), TopKSAE(D, N, K, gen).to(dtype)
     with torch.no_grad():
         for sae in (sae_x, sae_y):
@@ -37,11 +38,28 @@ def test_efficient_jacobian_equals_jacrev_at_reconstruction(dtype, tol):
     with torch.no_grad():
         s_x, idx_x = sae_x.encode(x)
         idx_y = sae_y.encode(y)[1]
-        fast = jsae.active_jacobian(sae_x, sae_y, mlp, sae_x.decode(s_x), idx_x, idx_y)
-    slow = jsae.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
+        fast = ex.active_jacobian(sae_x, sae_y, mlp, sae_x.decode(s_x), idx_x, idx_y)
+    slow = ex.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
     assert fast.shape == (B, K, K)
     assert (fast - slow).abs().max() < tol
     assert fast.abs().max() > 1e-3  # the comparison is not between two zero tensors
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_efficient_jacobian_equals_jacrev_of_the_map_linearised_at_the_true_input(dtype, tol):
+    """phi' at x (what the metrics use) against autograd of s -> pre_y(f(x + (s - s_x) W_dec)), full and block."""
+    mlp, sae_x, sae_y, x, y = random_setup(dtype)
+    with torch.no_grad():
+        s_x, idx_x = sae_x.encode(x)
+        idx_y = sae_y.encode(y)[1]
+        fast = ex.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        at_hat = ex.active_jacobian(sae_x, sae_y, mlp, sae_x.decode(s_x), idx_x, idx_y)
+    for naive in (ex.naive_jacobian, ex.naive_active_jacobian):
+        assert (fast - naive(sae_x, sae_y, mlp, s_x, idx_x, idx_y, x_at=x)).abs().max() < tol
+    assert (fast - at_hat).abs().max() > 1e-4  # the two linearisation points differ here
+    acts = ex.Acts(x, y, x, y, mlp, 1.0, 1.0)
+    assert ex.exactness_and_speed(sae_x, sae_y, acts, full_map=False)[0] < tol
+    assert ex.exactness_and_speed(sae_x, sae_y, acts, full_map=False, phi_at_reconstruction=True)[0] < tol
 
 
 def test_official_phi_point_is_the_reconstruction():
@@ -50,11 +68,11 @@ def test_official_phi_point_is_the_reconstruction():
         s_x, idx_x = sae_x.encode(x)
         x_hat = sae_x.decode(s_x)
         idx_y = sae_y.encode(y)[1]
-        at_x = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
-        at_hat = jsae.active_jacobian(sae_x, sae_y, mlp, x_hat, idx_x, idx_y)
+        at_x = ex.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        at_hat = ex.active_jacobian(sae_x, sae_y, mlp, x_hat, idx_x, idx_y)
         lam = 0.7
-        gap = (jsae.pair_loss(sae_x, sae_y, mlp, x, y, lam, phi_at_reconstruction=True)
-               - jsae.pair_loss(sae_x, sae_y, mlp, x, y, lam, phi_at_reconstruction=False))
+        gap = (ex.pair_loss(sae_x, sae_y, mlp, x, y, lam, phi_at_reconstruction=True)
+               - ex.pair_loss(sae_x, sae_y, mlp, x, y, lam, phi_at_reconstruction=False))
     assert (at_x - at_hat).abs().max() > 1e-4  # imperfect reconstruction: different points
     assert float(gap) == pytest.approx(lam * float(at_hat.abs().mean() - at_x.abs().mean()), abs=1e-12)
     assert abs(float(gap)) > 1e-6
@@ -62,11 +80,11 @@ def test_official_phi_point_is_the_reconstruction():
 
 def test_linear_mlp_jacobian_is_product_of_weights():
     mlp, sae_x, sae_y, x, y = random_setup(torch.float64, act="identity")
-    p, qt = jsae.weight_products(sae_x, sae_y, mlp)
+    p, qt = ex.weight_products(sae_x, sae_y, mlp)
     with torch.no_grad():
         idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
-        jac = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
-        other = jsae.active_jacobian(sae_x, sae_y, mlp, 5 * x + 1, idx_x, idx_y)
+        jac = ex.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        other = ex.active_jacobian(sae_x, sae_y, mlp, 5 * x + 1, idx_x, idx_y)
     for b in range(B):
         expected = qt[idx_y[b]] @ p[idx_x[b]].T
         assert torch.allclose(jac[b], expected, atol=1e-12)
@@ -75,11 +93,11 @@ def test_linear_mlp_jacobian_is_product_of_weights():
 
 def test_bmm_path_equals_einsum_path():
     mlp, sae_x, sae_y, x, y = random_setup()
-    p, qt = jsae.weight_products(sae_x, sae_y, mlp)
+    p, qt = ex.weight_products(sae_x, sae_y, mlp)
     with torch.no_grad():
         idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
         dphi = mlp.dphi(x)
-        fast = jsae.jacobian_from_products(p, qt, dphi, idx_x, idx_y)
+        fast = ex.jacobian_from_products(p, qt, dphi, idx_x, idx_y)
         ref = torch.einsum("bia,ba,bja->bij", qt[idx_y], dphi, p[idx_x])
     assert (fast - ref).abs().max() < 1e-6
 
@@ -88,9 +106,9 @@ def test_gelu_new_grad_matches_autograd_and_transformers():
     from transformers.activations import NewGELUActivation
 
     z = torch.linspace(-6, 6, 401, dtype=torch.float64, requires_grad=True)
-    (auto,) = torch.autograd.grad(jsae.gelu_new(z).sum(), z)
-    assert torch.allclose(jsae.gelu_new_grad(z), auto, atol=1e-12)
-    assert torch.allclose(jsae.gelu_new(z), NewGELUActivation()(z), atol=1e-12)
+    (auto,) = torch.autograd.grad(ex.gelu_new(z).sum(), z)
+    assert torch.allclose(ex.gelu_new_grad(z), auto, atol=1e-12)
+    assert torch.allclose(ex.gelu_new(z), NewGELUActivation()(z), atol=1e-12)
 
 
 def test_folded_mlp_matches_gpt2_block():
@@ -98,8 +116,8 @@ def test_folded_mlp_matches_gpt2_block():
     _, mlp = block_mlp(model, 0)
     x = torch.randn(10, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert torch.allclose(jsae.folded_mlp(mlp, 1.0, 1.0)(x), mlp(x), atol=1e-5)
-        assert torch.allclose(jsae.folded_mlp(mlp, 2.0, 4.0)(x / 2.0), mlp(x) / 4.0, atol=1e-5)
+        assert torch.allclose(ex.folded_mlp(mlp, 1.0, 1.0)(x), mlp(x), atol=1e-5)
+        assert torch.allclose(ex.folded_mlp(mlp, 2.0, 4.0)(x / 2.0), mlp(x) / 4.0, atol=1e-5)
 
 
 def test_topk_encoder():
@@ -122,7 +140,7 @@ def test_decoder_stays_unit_norm_and_parallel_gradient_removed():
     mlp, sae_x, sae_y, x, y = random_setup()
     opt = torch.optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=1e-2)
     before = [sae.W_dec.detach().clone() for sae in (sae_x, sae_y)]
-    jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0).backward()
+    ex.pair_loss(sae_x, sae_y, mlp, x, y, 1.0).backward()
     raw_dot = max(float((s.W_dec.grad * w).sum(1).abs().max()) for s, w in zip((sae_x, sae_y), before))
     constrained_step([sae_x, sae_y], opt)
     assert raw_dot > 1e-3  # there was a parallel component to remove
@@ -135,11 +153,11 @@ def test_decoder_stays_unit_norm_and_parallel_gradient_removed():
 def test_lambda_zero_pair_equals_two_independent_saes():
     params = jsae.Params.resolve("quick", sae_steps=200, sae_batch=128, expansion=8, k=4)
     gen = torch.Generator().manual_seed(0)
-    mlp = jsae.Mlp(torch.randn(32, 64, generator=gen) / 6, torch.zeros(64),
+    mlp = ex.Mlp(torch.randn(32, 64, generator=gen) / 6, torch.zeros(64),
                    torch.randn(64, 32, generator=gen) / 8, torch.zeros(32))
     x = torch.randn(300, 32, generator=gen)
     y = mlp(x)
-    pair = jsae.train_pair(x, y, mlp, 0.0, params, np.random.default_rng(5), torch.Generator().manual_seed(9))
+    pair = ex.train_pair(x, y, mlp, 0.0, params, np.random.default_rng(5), torch.Generator().manual_seed(9))
     g = torch.Generator().manual_seed(9)
     saes = [TopKSAE(32, 256, 4, g), TopKSAE(32, 256, 4, g)]
     opts = [torch.optim.Adam(s.parameters(), lr=params.sae_lr) for s in saes]
@@ -147,7 +165,7 @@ def test_lambda_zero_pair_equals_two_independent_saes():
     for step in range(params.sae_steps):
         idx = torch.from_numpy(rng.integers(0, len(x), size=params.sae_batch))
         for sae, opt, data in zip(saes, opts, (x, y)):
-            opt.param_groups[0]["lr"] = params.sae_lr * jsae.lr_factor(step, params.sae_steps)
+            opt.param_groups[0]["lr"] = params.sae_lr * ex.lr_factor(step, params.sae_steps)
             opt.zero_grad()
             torch.nn.functional.mse_loss(sae(data[idx]), data[idx]).backward()
             constrained_step([sae], opt)
@@ -158,17 +176,17 @@ def test_lambda_zero_pair_equals_two_independent_saes():
 
 def test_normalisation_folding_scales_jacobian():
     gen = torch.Generator().manual_seed(2)
-    raw = jsae.Mlp(torch.randn(D, M, generator=gen), torch.zeros(M), torch.randn(M, D, generator=gen),
+    raw = ex.Mlp(torch.randn(D, M, generator=gen), torch.zeros(M), torch.randn(M, D, generator=gen),
                    torch.zeros(D))
     c_x, c_y = 3.0, 0.05
-    folded = jsae.Mlp(raw.w_in * c_x, raw.b_in, raw.w_out / c_y, raw.b_out / c_y)
+    folded = ex.Mlp(raw.w_in * c_x, raw.b_in, raw.w_out / c_y, raw.b_out / c_y)
     _, sae_x, sae_y, _, _ = random_setup(torch.float32)
     x_raw = torch.randn(B, D, generator=gen)
     idx_x = torch.randint(0, N, (B, K), generator=gen)
     idx_y = torch.randint(0, N, (B, K), generator=gen)
     with torch.no_grad():
-        j_norm = jsae.active_jacobian(sae_x, sae_y, folded, x_raw / c_x, idx_x, idx_y)
-        j_raw = jsae.active_jacobian(sae_x, sae_y, raw, x_raw, idx_x, idx_y)
+        j_norm = ex.active_jacobian(sae_x, sae_y, folded, x_raw / c_x, idx_x, idx_y)
+        j_raw = ex.active_jacobian(sae_x, sae_y, raw, x_raw, idx_x, idx_y)
     assert torch.allclose(j_norm, (c_x / c_y) * j_raw, rtol=1e-4, atol=1e-4)
 
 
@@ -176,21 +194,21 @@ def test_pair_loss_penalty_is_lambda_times_mean_abs_jacobian_and_differentiable(
     mlp, sae_x, sae_y, x, y = random_setup(torch.float64)
     with torch.no_grad():
         idx_x, idx_y = sae_x.encode(x)[1], sae_y.encode(y)[1]
-        jac = jsae.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
-        base = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 0.0)
+        jac = ex.active_jacobian(sae_x, sae_y, mlp, x, idx_x, idx_y)
+        base = ex.pair_loss(sae_x, sae_y, mlp, x, y, 0.0)
         for lam in (0.5, 2.0):
-            pen = jsae.pair_loss(sae_x, sae_y, mlp, x, y, lam) - base
+            pen = ex.pair_loss(sae_x, sae_y, mlp, x, y, lam) - base
             assert float(pen) == pytest.approx(lam * float(jac.abs().mean()), rel=1e-10)
     w = sae_y.W_enc
-    loss = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
+    loss = ex.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
     (grad,) = torch.autograd.grad(loss, w)
     direction = torch.randn(w.shape, generator=torch.Generator().manual_seed(1), dtype=w.dtype)
     eps = 1e-6
     with torch.no_grad():
         w.add_(eps * direction)
-        up = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
+        up = ex.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
         w.sub_(2 * eps * direction)
-        down = jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
+        down = ex.pair_loss(sae_x, sae_y, mlp, x, y, 1.0)
         w.add_(eps * direction)
     assert float((up - down) / (2 * eps)) == pytest.approx(float((grad * direction).sum()), rel=1e-5)
 
@@ -203,8 +221,8 @@ def test_ce_score_identity_and_zero_ablation():
     zero = mean_ce(model, windows, {mlp: torch.zeros_like})
     identity = mean_ce(model, windows, {ln: lambda o: o.clone(), mlp: lambda o: o.clone()})
     assert zero != pytest.approx(clean)
-    assert jsae.ce_score(clean, identity, zero) == pytest.approx(1.0, abs=1e-6)
-    assert jsae.ce_score(clean, zero, zero) == 0.0
+    assert ex.ce_score(clean, identity, zero) == pytest.approx(1.0, abs=1e-6)
+    assert ex.ce_score(clean, zero, zero) == 0.0
 
 
 def test_random_lm_is_deterministic_and_differs_from_other_seeds():
@@ -219,7 +237,7 @@ def test_train_pair_is_deterministic_under_a_seed():
     mlp, *_ = random_setup()
     x = torch.randn(256, D, generator=torch.Generator().manual_seed(1))
     y = mlp(x)
-    runs = [jsae.train_pair(x, y, mlp, 1.0, params, np.random.default_rng(s), torch.Generator().manual_seed(s))
+    runs = [ex.train_pair(x, y, mlp, 1.0, params, np.random.default_rng(s), torch.Generator().manual_seed(s))
             for s in (3, 3, 4)]
     assert all(torch.equal(a, b) for a, b in zip(runs[0][0].parameters(), runs[1][0].parameters()))
     assert not torch.equal(runs[0][0].W_dec, runs[2][0].W_dec)
@@ -240,7 +258,7 @@ def test_params_presets_resolve():
 
 def test_lm_training_stops_at_the_target_loss():
     data = np.random.default_rng(0).integers(0, 256, size=5000)
-    model = byte_gpt2(1, 32, 64, seed=0, context=jsae.CONTEXT)
+    model = byte_gpt2(1, 32, 64, seed=0, context=ex.CONTEXT)
     rng = np.random.default_rng(1)
     loss, steps = train_byte_lm(model, data, 8, rng, 6.0, batch=2, window=3)
     assert steps == 3 and loss <= 6.0  # an untrained byte LM starts near ln 256 = 5.5
@@ -250,12 +268,14 @@ def test_lm_training_stops_at_the_target_loss():
 
 def test_in_run_exactness_and_speed_check():
     mlp, sae_x, sae_y, x, y = random_setup()
-    acts = jsae.Acts(x, y, x, y, mlp, 1.0, 1.0)
-    err, speedup = jsae.exactness_and_speed(sae_x, sae_y, acts)
+    acts = ex.Acts(x, y, x, y, mlp, 1.0, 1.0)
+    err, speedup = ex.exactness_and_speed(sae_x, sae_y, acts)
     assert err < 1e-5 and speedup > 1.0
+    untimed = ex.exactness_and_speed(sae_x, sae_y, acts, timed=False)  # the seeds after the first: error only
+    assert untimed[0] == err and np.isnan(untimed[1])
 
 
-def oracle_pair_loss(sae_x: TopKSAE, sae_y: TopKSAE, mlp: jsae.Mlp, x: torch.Tensor, y: torch.Tensor, lam: float,
+def oracle_pair_loss(sae_x: TopKSAE, sae_y: TopKSAE, mlp: ex.Mlp, x: torch.Tensor, y: torch.Tensor, lam: float,
                      at_reconstruction: bool) -> torch.Tensor:
     """The pair loss from autograd's dense n x n Jacobian of the latent map, one token at a time.
 
@@ -287,42 +307,66 @@ def test_training_loss_and_gradients_equal_a_dense_jacrev_oracle(at_reconstructi
     params = [*sae_x.parameters(), *sae_y.parameters()]
     runs = []
     for fn in (lambda: oracle_pair_loss(sae_x, sae_y, mlp, x, y, 1.5, at_reconstruction),
-               lambda: jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.5, at_reconstruction),
-               lambda: jsae.pair_loss(sae_x, sae_y, mlp, x, y, 1.5, at_reconstruction, dphi=mlp.dphi(x))):
+               lambda: ex.pair_loss(sae_x, sae_y, mlp, x, y, 1.5, at_reconstruction),
+               lambda: ex.pair_loss(sae_x, sae_y, mlp, x, y, 1.5, at_reconstruction, dphi=mlp.dphi(x))):
         loss = fn()
         runs.append([loss.detach(), *torch.autograd.grad(loss, params)])
-    assert runs[0][0] > jsae.pair_loss(sae_x, sae_y, mlp, x, y, 0.0) + 1e-3  # the penalty is not zero
+    assert runs[0][0] > ex.pair_loss(sae_x, sae_y, mlp, x, y, 0.0) + 1e-3  # the penalty is not zero
     assert all(g.abs().max() > 1e-6 for g in runs[0][1:])
     for other in runs[1:]:
         for a, b in zip(runs[0], other):
             torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-12)
 
 
-def _pair(frac01: float, l1l2: float, dead: float = 0.0, ce: float = 0.9) -> jsae.PairEval:
+def _pair(frac01: float, l1l2: float, dead: float = 0.0, ce: float = 0.9) -> ex.PairEval:
     """A pair's held-out metrics with the fields the claims read."""
-    return jsae.PairEval((frac01,) * 4, frac01, l1l2, 0.05, 0.03, dead, dead, ce)
+    return ex.PairEval((frac01,) * 4, frac01, l1l2, 0.05, 0.03, dead, dead, ce)
 
 
-def test_claims_read_the_conditions_and_every_seed_rows_take_the_worst_seed():
+def test_claims_read_the_conditions_controls_and_every_seed_rows_take_the_worst_seed():
     params = jsae.Params.resolve("quick")
-    res = jsae.Results(params, 2.6, 300, {"clean": 2.6, "zero_in": 2.8, "zero_out": 2.8})
-    # per seed: (SAE frac, SAE l1l2), (JSAE frac, JSAE l1l2), (random JSAE frac, random l1l2)
-    rows = [((0.9, 0.76), (0.5, 0.63), (0.85, 0.60)), ((0.9, 0.78), (0.52, 0.62), (0.86, 0.61)),
-            ((0.8, 0.70), (0.48, 0.64), (0.84, 0.59))]
-    for (fs, ls), (fj, lj), (fr, lr) in rows:
-        res.per_seed.append({"sae": _pair(fs, ls, 0.3), "jsae": _pair(fj, lj, 0.5), "jsae-random": _pair(fr, lr)})
+    res = ex.Results(params, 2.6, 300, {"clean": 2.6, "zero_in": 2.8, "zero_out": 2.8})
+    # per seed: (frac, l1l2) of the SAE, JSAE, random-LM JSAE and random-LM SAE
+    rows = [((0.9, 0.76), (0.5, 0.63), (0.85, 0.60), (0.95, 0.70)),
+            ((0.9, 0.78), (0.52, 0.62), (0.86, 0.61), (0.93, 0.69)),
+            ((0.8, 0.70), (0.48, 0.64), (0.84, 0.59), (0.94, 0.71))]
+    for (fs, ls), (fj, lj), (fr, lr), (frs, lrs) in rows:
+        res.per_seed.append({"sae": _pair(fs, ls, 0.3), "jsae": _pair(fj, lj, 0.5), "jsae-random": _pair(fr, lr),
+                             "sae-random": _pair(frs, lrs)})
     res.exact_err, res.speedup = [1e-7, 3e-7, 2e-7], [400.0, 500.0, 450.0]
     v = {x.id: x for x in jsae.check(res)}
     assert list(v) == [c.id for c in jsae.CLAIMS]
-    np.testing.assert_allclose(v["trained-vs-random-l1l2"].per_seed, [-0.03, -0.01, -0.05], atol=1e-12)
-    assert v["trained-vs-random-l1l2"].verdict == "FAILS"  # the scale-free metric reverses ...
-    assert v["trained-vs-random"].verdict == "HOLDS"  # ... while the threshold metric holds
+    drop = v["penalty-drop"]
+    np.testing.assert_allclose(drop.per_seed, [0.4, 0.38, 0.32], atol=1e-12)
+    random, reseed_drop = drop.controls
+    np.testing.assert_allclose(random.per_seed, [0.10, 0.07, 0.10], atol=1e-12)  # random SAE - random JSAE
+    np.testing.assert_allclose(reseed_drop.per_seed, [0.0, 0.1, -0.1], atol=1e-12)
+    assert drop.verdict == "HOLDS" and random.verdict == "FAILS"
+    assert reseed_drop.verdict == "INCONCLUSIVE" and not drop.discriminates  # every control must fail
+    l1l2_random = v["l1l2-sparser"].controls[1]
+    np.testing.assert_allclose(l1l2_random.per_seed, [0.10, 0.08, 0.12], atol=1e-12)
+    assert l1l2_random.verdict == "HOLDS" and not v["l1l2-sparser"].discriminates  # the random LM sparsifies too
+    reseed = v["jac-sparser"].controls[0]  # the next seed's SAE over this seed's, cyclically
+    np.testing.assert_allclose(reseed.per_seed, [1.0, 0.8 / 0.9, 0.9 / 0.8], atol=1e-12)
+    np.testing.assert_allclose(v["l1l2-sparser"].controls[0].per_seed, [-0.02, 0.08, -0.06], atol=1e-12)
     every = v["jac-sparser-every"]
     assert every.kind == "exact" and every.interval is None and every.value == pytest.approx(0.48 / 0.8)
+    assert every.controls[0].value == pytest.approx(0.9 / 0.8)  # the worst seed of the control too
     assert v["l1l2-sparser-every"].value == pytest.approx(min(0.76 - 0.63, 0.78 - 0.62, 0.70 - 0.64))
     assert v["jac-exact"].value == 3e-7 and "jac-speedup" not in v
-    m = jsae.metrics(res)
+    assert {c.id for c in jsae.CLAIMS if c.role == "check"} == {"ce-kept", "ce-jsae", "fvu-jsae", "jac-exact"}
+    m = ex.metrics(res)
     assert m["jsae.dead_out"] == 0.5 and m["sae.dead_in"] == 0.3 and m["jsae-random.dead_in"] == 0.0
+
+
+def test_affine_r2_is_one_for_an_affine_map_and_low_for_a_nonlinear_one():
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2000, 8, generator=gen)
+    y = x @ torch.randn(8, 5, generator=gen) + 2.0
+    assert ex.affine_r2(x, y) == pytest.approx(1.0, abs=1e-12)
+    assert ex.affine_r2(x, x.abs()) < 0.2  # |x| has no linear part for symmetric x
+    noisy = y + torch.randn(2000, 5, generator=gen) * y.std(0)
+    assert 0.3 < ex.affine_r2(x, noisy) < 0.7  # signal and noise of equal variance: R^2 about 1/2
 
 
 # --- the paper preset: a local GPT-NeoX checkpoint and corpus ----------------------------------
@@ -365,7 +409,7 @@ def neox_and_corpus(tmp_path_factory):
 def test_gelu_grad_matches_autograd():
     z = torch.linspace(-6, 6, 401, dtype=torch.float64, requires_grad=True)
     (auto,) = torch.autograd.grad(torch.nn.functional.gelu(z).sum(), z)
-    assert torch.allclose(jsae.gelu_grad(z), auto, atol=1e-12)
+    assert torch.allclose(ex.gelu_grad(z), auto, atol=1e-12)
 
 
 def test_folded_mlp_and_hooks_match_a_neox_block():
@@ -376,8 +420,8 @@ def test_folded_mlp_and_hooks_match_a_neox_block():
     assert ln is model.gpt_neox.layers[1].post_attention_layernorm
     x = torch.randn(10, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        assert torch.allclose(jsae.folded_mlp(mlp, 1.0, 1.0, "gelu")(x), mlp(x), atol=1e-5)
-        assert torch.allclose(jsae.folded_mlp(mlp, 2.0, 4.0, "gelu")(x / 2.0), mlp(x) / 4.0, atol=1e-5)
+        assert torch.allclose(ex.folded_mlp(mlp, 1.0, 1.0, "gelu")(x), mlp(x), atol=1e-5)
+        assert torch.allclose(ex.folded_mlp(mlp, 2.0, 4.0, "gelu")(x / 2.0), mlp(x) / 4.0, atol=1e-5)
     windows = np.random.default_rng(0).integers(0, 20, size=(3, 16))
     xs, ys = mlp_io(model, 1, windows)
     assert xs.shape == ys.shape == (48, 32)
@@ -390,25 +434,25 @@ def test_active_block_jacrev_equals_the_full_map_jacrev():
     with torch.no_grad():
         s_x, idx_x = sae_x.encode(x)
         idx_y = sae_y.encode(y)[1]
-    full = jsae.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
-    block = jsae.naive_active_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
+    full = ex.naive_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
+    block = ex.naive_active_jacobian(sae_x, sae_y, mlp, s_x, idx_x, idx_y)
     assert block.shape == (B, K, K) and full.abs().max() > 1e-3
     torch.testing.assert_close(block, full, rtol=1e-12, atol=1e-12)
-    acts = jsae.Acts(x, y, x, y, mlp, 1.0, 1.0)
-    err, speed = jsae.exactness_and_speed(sae_x, sae_y, acts, full_map=False)
+    acts = ex.Acts(x, y, x, y, mlp, 1.0, 1.0)
+    err, speed = ex.exactness_and_speed(sae_x, sae_y, acts, full_map=False)
     assert err < 1e-10 and np.isnan(speed)
 
 
 def test_corpus_is_read_tokenised_and_cut_into_contexts(neox_and_corpus, tmp_path):
     from transformers import AutoTokenizer
 
-    from companion.papers.jsae import paper_lm
+    from companion.papers.jsae import paper_preset
 
     llm, data = neox_and_corpus
     tok = AutoTokenizer.from_pretrained(llm, local_files_only=True)
-    files = paper_lm.corpus_files(str(data))
+    files = paper_preset.corpus_files(str(data))
     assert [f.name for f in files] == ["doc0.txt", "doc1.txt", "part.jsonl"]
-    w = paper_lm.token_windows(tok, files, 50, 64)
+    w = paper_preset.token_windows(tok, files, 50, 64)
     assert w.shape == (50, 64) and w.dtype == np.int64
     flat = w.flatten()
     assert flat[1500] == tok.eos_token_id and flat[3001] == tok.eos_token_id  # EOS after each document
@@ -416,17 +460,17 @@ def test_corpus_is_read_tokenised_and_cut_into_contexts(neox_and_corpus, tmp_pat
     first_doc = tok((data / "doc0.txt").read_text())["input_ids"]
     assert flat[:1500].tolist() == first_doc
     with pytest.raises(ValueError, match="tokens"):
-        paper_lm.token_windows(tok, files, 100, 64)  # 5 000 tokens there, 6 400 asked
+        paper_preset.token_windows(tok, files, 100, 64)  # 5 000 tokens there, 6 400 asked
     (tmp_path / "notes.md").write_text("x")
     with pytest.raises(ValueError, match="no .txt or .jsonl"):
-        paper_lm.corpus_files(str(tmp_path))
+        paper_preset.corpus_files(str(tmp_path))
 
 
 def test_reinitialised_neox_is_seeded_and_differs_from_the_checkpoint():
-    from companion.papers.jsae import paper_lm
+    from companion.papers.jsae import paper_preset
 
     model = tiny_neox(20, layers=2)
-    a, b, c = (paper_lm.reinitialised(model, s) for s in (5, 5, 6))
+    a, b, c = (paper_preset.reinitialised(model, s) for s in (5, 5, 6))
     w = [m.gpt_neox.layers[0].mlp.dense_h_to_4h.weight for m in (model, a, b, c)]
     assert torch.equal(w[1], w[2]) and not torch.equal(w[1], w[3]) and not torch.equal(w[0], w[1])
 
@@ -443,7 +487,7 @@ def test_paper_preset_refuses_missing_paths_and_unfit_checkpoints(neox_and_corpu
     with pytest.raises(ParamError, match="gpt_neox"):
         jsae.Params.resolve("paper", model_path=str(tmp_path / "gpt2"), data_path=str(data))
     p = jsae.Params.resolve("paper", model_path=str(llm), data_path=str(data), smoke=True)
-    assert (p.k, p.expansion, p.hook_layer, p.normalize_acts) == (32, 32, 3, False)
+    assert (p.k, p.expansion, p.hook_layer, p.normalize_acts) == (32, 32, 3, True)
 
 
 def test_paper_preset_without_a_checkpoint_exits_2(tmp_path, capsys):

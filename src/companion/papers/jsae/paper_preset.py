@@ -10,7 +10,9 @@ SAELens: reading a local corpus (a ``.txt`` file is one document, a ``.jsonl`` l
 ``"text"`` field, as the Pile does), tokenising it with the checkpoint's own tokenizer, documents
 joined by EOS and cut into contexts. Deviations, for one GPU's memory: the SAEs train on a pool of
 ``n_tokens`` activations drawn with replacement (the paper streams one epoch of 300 M tokens), and
-the re-initialisation is ``transformers``' initialiser, not TransformerLens ``init_weights``.
+the re-initialisation is ``transformers``' initialiser, not TransformerLens ``init_weights``. As in
+the toy, activations are normalised (the official code forbids it), so that the absolute thresholds
+mean the same on the checkpoint and on its far smaller re-initialised MLP output.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from companion import runtime
 from companion.params import resolve_path
 
 if TYPE_CHECKING:
-    from companion.papers.jsae import Params, Results
+    from companion.papers.jsae import Params
+    from companion.papers.jsae.experiment import Results
 
 CONTEXT = 2048  # tokens per sequence, as the paper
 EVAL_TOKENS = 2**15  # held-out tokens: 16 contexts of 2048
@@ -121,7 +124,7 @@ def reinitialised(model: GPTNeoXForCausalLM, seed: int) -> GPTNeoXForCausalLM:
 
 def run_paper(params: Params) -> Results:
     """Trained checkpoint: per seed an SAE pair and a JSAE; re-initialised copy: a JSAE (and a pair); the sweep."""
-    from companion.papers import jsae
+    from companion.papers.jsae import experiment as jsae
 
     if params.smoke:
         params = dataclasses.replace(params, **SMOKE)

@@ -1,0 +1,77 @@
+"""Figures of the JSAE page."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from companion.papers.jsae.experiment import CLAIM_TAU, Results, _per
+from companion.plotting import figure
+
+# --- figures -----------------------------------------------------------------------------------
+
+LABELS = {"sae": "SAE, trained LM", "jsae": "JSAE, trained LM", "jsae-random": "JSAE, random LM",
+          "sae-random": "SAE, random LM"}
+
+
+def plot_jacobian_hist(results: Results) -> Figure:
+    """Histogram and CDF of |J| (first seed, held-out tokens), SAE vs JSAE, x cut at 0.1."""
+    fig, (ax_h, ax_c) = figure(2, 1, 4.0, 2.8)
+    bins = np.linspace(0, 0.1, 51)
+    for name in ("sae", "jsae"):
+        vals = results.abs_j[name]
+        ax_h.hist(vals, bins=bins, histtype="step", density=True, label=LABELS[name])
+        ax_c.plot(np.sort(vals), np.linspace(0, 1, len(vals)), label=LABELS[name])
+    ax_h.set(xlabel="|J| element", ylabel="density", yscale="log", title="|J| histogram")
+    ax_c.set(xlabel="|J| element", ylabel="fraction <= x", xlim=(0, 0.1), title="CDF")
+    ax_c.axvline(CLAIM_TAU, color="grey", ls=":", lw=1)
+    ax_h.legend()
+    return fig
+
+
+def plot_sparsity_bars(results: Results) -> Figure:
+    """Fraction of |J| above each threshold and the scale-free l1/(k l2), mean and sd over seeds."""
+    fig, (ax_f, ax_l) = figure(2, 1, 4.4, 2.9)
+    conds = list(results.per_seed[0])
+    taus = results.params.thresholds
+    width = 0.8 / len(conds)
+    for c, cond in enumerate(conds):
+        fr = np.array([row[cond].frac for row in results.per_seed])
+        ax_f.bar(np.arange(len(taus)) + c * width, fr.mean(0), width, yerr=fr.std(0), label=LABELS[cond])
+        l12 = _per(results, cond, "l1l2")
+        ax_l.bar(c, np.mean(l12), 0.7, yerr=np.std(l12))
+    ax_f.set(xticks=np.arange(len(taus)) + 0.4 - width / 2, xticklabels=[f"{t:g}" for t in taus],
+             xlabel="threshold tau", ylabel="fraction |J| > tau", title="threshold metric (paper)")
+    ax_l.set(xticks=range(len(conds)), ylabel="mean ||J||_1 / (k ||J||_2)", title="scale-free metric")
+    ax_l.set_xticklabels([LABELS[c].replace(", ", "\n") for c in conds], fontsize=7)
+    ax_f.legend()
+    return fig
+
+
+def plot_example_jacobians(results: Results) -> Figure:
+    """|J| of four held-out tokens, SAE (top) vs JSAE (bottom); rows and columns shuffled."""
+    fig, axes = figure(4, 2, 1.7, 1.7)
+    vmax = max(results.examples[n].max() for n in ("sae", "jsae"))
+    for r, name in enumerate(("sae", "jsae")):
+        for t in range(4):
+            ax = axes[4 * r + t]
+            im = ax.imshow(results.examples[name][t], cmap="Greys", vmin=0, vmax=vmax)
+            ax.set(xticks=[], yticks=[], title=f"{name.upper()} token {t}" if r == 0 or t == 0 else "")
+            ax.grid(False)
+    fig.colorbar(im, ax=axes, shrink=0.7, label="|J|")
+    return fig
+
+
+def plot_tradeoff(results: Results) -> Figure:
+    """CE-loss score (x) vs fraction |J| > 0.01 (y) for every trained-LM pair, labelled by lambda."""
+    fig, (ax,) = figure(1, 1, 4.5, 3.0)
+    points = [(0.0, row["sae"]) for row in results.per_seed]
+    points += [(results.params.jac_coef, row["jsae"]) for row in results.per_seed]
+    points += results.sweep
+    for lam in sorted({lam for lam, _ in points}):
+        sel = [ev for l_, ev in points if l_ == lam]
+        ax.scatter([e.ce for e in sel], [e.frac01 for e in sel], label=f"lambda = {lam:g}")
+    ax.set(xlabel="CE-loss score (1 = perfect splice)", ylabel="fraction |J| > 0.01",
+           title="sparsity / fidelity trade-off")
+    ax.legend()
+    return fig
