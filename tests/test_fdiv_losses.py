@@ -18,7 +18,7 @@ from companion.papers.fdiv_losses.markov import (MarkovSource, bayes_accuracy, n
 from companion.papers.fdiv_losses.fdivergence import (REGISTRY, FDivergence, bisect_tau, fy_loss, fy_loss_value, get_divergence,
                                    primal_value, softargmax, softargmax_diff, softmax_value, tau_bounds)
 from companion.papers import fdiv_losses as paper
-from companion.papers.fdiv_losses import corpus_lm
+from companion.papers.fdiv_losses import experiment, paper_preset
 from companion.params import ParamError
 from hf_tiny import run_paper_smoke, save_word_tokenizer
 
@@ -171,9 +171,9 @@ def test_infinite_f0_refuses_unshifted_one_hot_loss_but_shifted_works():
 
 def test_bisection_error_halves_per_step():
     iters = list(range(2, 41, 2))
-    conv = paper.convergence(0, rows=16, k=50)
+    conv = experiment.convergence(0, rows=16, k=50)
     for name in SPARSE:
-        assert paper.error_slope(iters, conv[name]) < -0.25
+        assert experiment.error_slope(iters, conv[name]) < -0.25
 
 
 def test_markov_rows_supports_and_bayes_accuracy():
@@ -209,14 +209,39 @@ def test_claims_fail_when_the_measurement_says_so():
     res.lm_acc = {"kl": [0.60, 0.61, 0.60], "alpha1.5": [0.61, 0.62, 0.60]}
     res.lm_support = {"alpha1.5": [20.0, 21.0, 20.0]}
     res.bayes = [0.64, 0.64, 0.64]
-    verdicts = {v.id: v.verdict for v in paper.check(res)}
-    assert verdicts == {"reductions": "FAILS", "bisection-general": "HOLDS", "bisection-rate": "HOLDS",
-                        "alpha15-clf": "FAILS", "alpha15-lm": "HOLDS", "lm-near-bayes": "HOLDS", "sparsity": "FAILS"}
+    res.lm_controls = {"kl-model": {"support": [2.0, 3.0, 2.0]}, "untrained": {"support": [30.0, 31.0, 30.0]}}
+    verdicts = {v.id: v for v in paper.check(res)}
+    assert {k: v.verdict for k, v in verdicts.items()} == {
+        "reductions": "FAILS", "bisection-general": "HOLDS", "bisection-rate": "HOLDS", "alpha15-clf": "FAILS",
+        "alpha15-lm": "HOLDS", "lm-near-bayes": "HOLDS", "sparsity": "FAILS"}
+    controls = {c.name: c.verdict for c in verdicts["sparsity"].controls}
+    assert controls == {"kl-model": "HOLDS", "untrained": "FAILS"}
+    res.lm_support = {"alpha1.5": [2.0, 2.5, 2.0]}  # sparse, but so is the KL model: not discriminating
+    assert paper.check(res)[-1].verdict == "HOLDS" and not paper.check(res)[-1].discriminates
+
+
+def test_loss_names_are_the_registry():
+    assert set(paper.LOSS_NAMES) <= set(REGISTRY) and {"kl", "alpha1.5", "alpha2"} <= set(paper.LOSS_NAMES)
+
+
+def test_trigram_table_reaches_bayes_on_a_deterministic_source():
+    table = np.zeros((3, 3, 3))
+    for a in range(3):
+        for b in range(3):
+            table[a, b, (a + b) % 3] = 1.0  # the next token is a function of the context
+    source, rng = MarkovSource(table), np.random.default_rng(0)
+    test = sample_sequences(source, 20, 12, rng)
+    assert experiment.trigram_accuracy(source, 50, test, rng) == 1.0
+    assert experiment.trigram_accuracy(source, 0, test, rng) < 1.0  # no counts: token 0 everywhere
 
 
 def test_lm_job_records_accuracy_and_support_curves() -> None:
     params = paper.Params.resolve("quick", lm_steps=50, lm_vocab=16)
-    out = paper.lm_job(params, 0, "alpha1.5")
+    assert "controls" not in experiment.lm_job(params, 0, "alpha1.5")
+    out = experiment.lm_job(params, 0, "kl")
+    assert out["support"] == 16.0  # softmax keeps every token
+    assert out["controls"]["kl-model"]["support"] < 16.0 and out["controls"]["kl-model"]["acc"] == out["acc"]
+    assert out["controls"]["untrained"]["acc"] < out["acc"] and 0.0 < out["trigram"] <= 1.0
     assert len(out["curve"]) == len(out["support_curve"]) == 10
     assert all(0.0 < share <= 1.0 for share in out["support_curve"])
     assert 2.0 <= out["true_support"] <= params.lm_support_max
@@ -241,8 +266,8 @@ def test_lm_eval_mass_outside_the_true_support() -> None:
     rng = np.random.default_rng(0)
     source = sparse_markov_table(16, 2, 4, 0.5, rng)
     seqs = sample_sequences(source, 20, 12, rng)
-    exact = paper.lm_eval(_LawLogits(source, False), "kl", source, seqs, None, 30)
-    uniform = paper.lm_eval(_LawLogits(source, True), "kl", source, seqs, None, 30)
+    exact = experiment.lm_eval(_LawLogits(source, False), "kl", source, seqs, None, 30)
+    uniform = experiment.lm_eval(_LawLogits(source, True), "kl", source, seqs, None, 30)
     assert exact["outside_mass"] < 1e-6 and exact["tv"] < 1e-5
     assert uniform["outside_mass"] == pytest.approx(1 - uniform["true_support"] / 16, abs=1e-6)
 
@@ -366,22 +391,22 @@ def test_corpus_files_stream_and_held_out_tail(tiny_gpt2_and_corpus, tmp_path):
     from transformers import AutoTokenizer
 
     model_dir, corpus, _ = tiny_gpt2_and_corpus
-    files = corpus_lm.corpus_files(Path(corpus))
+    files = paper_preset.corpus_files(Path(corpus))
     assert [f.name for f in files] == ["part0.txt", "part1.txt", "part2.txt"]
-    assert corpus_lm.corpus_files(files[1]) == [files[1]]
+    assert paper_preset.corpus_files(files[1]) == [files[1]]
     with pytest.raises(FileNotFoundError, match="txt"):
-        corpus_lm.corpus_files(tmp_path)
+        paper_preset.corpus_files(tmp_path)
     tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    stream = corpus_lm.token_stream(tok, files)
+    stream = paper_preset.token_stream(tok, files)
     assert (stream == tok.eos_token_id).sum() == 3 and stream[-1] == tok.eos_token_id
-    blocks = corpus_lm.split_blocks(stream, 16, 10**6)
+    blocks = paper_preset.split_blocks(stream, 16, 10**6)
     n = len(stream) // 17
     assert blocks.train.shape[1] == blocks.test.shape[1] == 17
-    assert len(blocks.train) + len(blocks.test) == n and len(blocks.test) == int(n * corpus_lm.EVAL_SHARE)
+    assert len(blocks.train) + len(blocks.test) == n and len(blocks.test) == int(n * paper_preset.EVAL_SHARE)
     assert torch.equal(blocks.test[-1], torch.from_numpy(stream[(n - 1) * 17:n * 17]))  # the tail is held out
-    assert len(corpus_lm.split_blocks(stream, 16, 40).test) == 2  # capped by eval_tokens
+    assert len(paper_preset.split_blocks(stream, 16, 40).test) == 2  # capped by eval_tokens
     with pytest.raises(ValueError, match="too few"):
-        corpus_lm.split_blocks(stream[:20], 16, 100)
+        paper_preset.split_blocks(stream[:20], 16, 100)
 
 
 def test_paper_preset_refuses_bad_paths_and_settings(tiny_gpt2_and_corpus, tmp_path):
@@ -405,11 +430,12 @@ def test_corpus_comparison_trains_each_loss_from_the_same_weights(tiny_gpt2_and_
     model_dir, corpus, _ = tiny_gpt2_and_corpus
     params = paper.Params.resolve("paper", model_path=model_dir, data_path=corpus, seeds=1, lm_steps=50,
                                   lm_lr=3e-3, lm_seq_len=16, lm_batch=8, lm_losses=("kl", "alpha1.5"))
-    out = corpus_lm.run_corpus(params, torch.device("cpu"))
+    out = paper_preset.run_corpus(params, torch.device("cpu"))
     info, vocab = out["info"], len({w for text in CORPUS for w in text.split()}) + 2
     assert info["vocab"] == vocab and info["files"] == 3 and info["tokens_seen_per_loss"] == 50 * 8 * 16
     assert out["support"]["kl"] == [float(vocab)]  # softmax is dense
     assert out["support"]["alpha1.5"][0] < vocab / 2  # entmax drops most tokens
+    assert len(out["kl_support_alpha15"]) == 1 and out["kl_support_alpha15"][0] < vocab  # the KL model, sparsified
     for loss in ("kl", "alpha1.5"):  # the repetitive corpus is learnable: well above the untrained model
         assert out["acc"][loss][0] > info["acc_before_training"] + 0.2
         assert len(out["curve"][loss][0]) == len(out["support_curve"][loss][0]) == 10

@@ -2,52 +2,37 @@
 
 https://arxiv.org/abs/2501.18537. Reproduced at small scale, on CPU:
 
-A. operator checks: the bisection f-softargmax against softmax, ``entmax.sparsemax``,
-   ``entmax.entmax15`` and ``entmax.entmax_bisect``; losses against ``F.cross_entropy`` and the
-   entmax losses; root residual and primal/dual agreement for every f; convergence in T;
+A. operator checks: the f-softargmax (safeguarded Newton on tau, the default everywhere but the convergence
+   figure) against softmax, ``entmax.sparsemax``, ``entmax.entmax15`` and ``entmax.entmax_bisect``; losses
+   against ``F.cross_entropy`` and the entmax losses; bisection root residual and primal/dual agreement for
+   every f; the bisection's convergence in T;
 B. classification on scikit-learn's digits with an MLP, one Fenchel-Young loss per f;
-C. next-token prediction by a tiny GPT-2 on a sparse order-2 Markov source (KL vs α = 1.5);
+C. next-token prediction by a tiny GPT-2 on a sparse order-2 Markov source (KL vs α = 1.5), with the
+   KL-trained and the untrained model seen through the α = 1.5 operator as the controls of sparsity;
 D. (full preset) distillation from the true table and fine-tuning on a perturbed source.
 
-The ``paper`` preset replaces C by the language-model comparison on a local GPT-2 checkpoint and a local
-text corpus (:mod:`companion.papers.fdiv_losses.corpus_lm`); A and B run as in ``full``, D does not.
-
-The operators and losses live in :mod:`companion.papers.fdiv_losses.fdivergence`; this module holds the experiment.
+The ``paper`` preset replaces C by the language-model comparison on a local GPT-2 and a local text corpus
+(:mod:`.paper_preset`); A and B run as in ``full``, D does not. This module holds the declarations; the
+experiment (:mod:`.experiment`), figures (:mod:`.plots`), operators (:mod:`.fdivergence`) and the Markov
+source (:mod:`.markov`) load on first use.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass
 
-import numpy as np
-import torch
-from matplotlib.figure import Figure
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import StandardScaler
-from tqdm import tqdm
-
-from companion import runtime
-from companion.claims import Claim, Verdict, evaluate_all
-from companion.papers.fdiv_losses import corpus_lm
-from companion.papers.fdiv_losses.markov import (MarkovSource, bayes_accuracy, next_token_laws, perturb,
-                                   sample_sequences, sparse_markov_table)
-from companion.papers.fdiv_losses.fdivergence import (LOSS_NAMES, REGISTRY, bisect_tau, fy_loss, get_divergence,
-                                   primal_value, softargmax, softmax_value, fy_loss_value)
+from companion.claims import Claim
+from companion.contract import exports
 from companion.fetch import Source
-from companion.models.mlp import FeatureMLP, fit
-from companion.models.tiny_lm import tiny_gpt2
 from companion.params import BaseParams, ParamError, local_default, param, require_path
-from companion.plotting import figure
 
 SLUG = "fdiv-losses"
-SPARSE_FAMILIES = ("chi2", "alpha1.5", "alpha2")
+# the f-divergences the experiments may compare, by their names in :mod:`.fdivergence`'s registry
+LOSS_NAMES = ("kl", "alpha1.5", "alpha2", "chi2", "js", "hellinger", "revkl")
 
-PAPER_PRESET = ("a local GPT-2 (model_path) trained with each loss on a local text corpus (data_path), from its "
-                "weights or from its config; next-token accuracy and support of p* on held-out tokens; parts A-B "
-                "as in full; no Markov source, distillation or SFT")
+PAPER_PRESET = ("fine-tunes a local, cross-entropy-trained GPT-2 (model_path; lm_init=config trains its config from "
+                "scratch instead) with each loss on a local text corpus (data_path); next-token accuracy and support "
+                "of p* on held-out tokens; parts A-B as in full; no Markov source, distillation or SFT")
 
 SOURCES = (
     Source("gpt2", "GPT-2 small (124M parameters), the checkpoint of the paper preset", "MIT",
@@ -59,7 +44,7 @@ SOURCES = (
 class Params(BaseParams):
     """Parameters of the f-divergence losses reproduction (defaults: the quick preset)."""
 
-    bisect_iters: int = param(30, lo=10, hi=100, help="bisection steps used in training")
+    bisect_iters: int = param(30, lo=10, hi=100, help="most solver steps per f-softargmax (safeguarded Newton in training)")
     clf_losses: tuple[str, ...] = param(("kl", "alpha1.5", "alpha2", "chi2"), choices=LOSS_NAMES)
     clf_epochs: int = param(30, lo=5, hi=200)
     clf_hidden: int = param(128, lo=16, hi=1024)
@@ -98,7 +83,9 @@ class Params(BaseParams):
         model = require_path("model_path", self.model_path, "a GPT-2 folder saved with save_pretrained "
                              "(config.json, weights, tokenizer files)", "dir")
         require_path("data_path", self.data_path, "a UTF-8 text corpus: one file or a folder of *.txt files")
-        kind = corpus_lm.model_type(model)
+        from companion.papers.fdiv_losses.paper_preset import model_type
+
+        kind = model_type(model)
         if kind != "gpt2":
             raise ParamError(f"parameter 'model_path': {self.model_path!r} holds model_type {kind!r}; allowed: "
                              "a GPT2LMHeadModel folder (config.json with model_type gpt2)")
@@ -110,472 +97,33 @@ class Params(BaseParams):
                              "paper preset (the corpus comparison uses q = 1, the entmax case)")
 
 
-def smoke_params(params: Params) -> Params:
-    """The paper pipeline on a tiny budget: two seeds, KL and α = 1.5, a few steps and tokens."""
-    return replace(params, seeds=min(params.seeds, 2), clf_losses=("kl", "alpha1.5"), clf_epochs=5,
-                   clf_hidden=64, lm_losses=("kl", "alpha1.5"), lm_steps=min(params.lm_steps, 4),
-                   lm_seq_len=min(params.lm_seq_len, 32), lm_batch=2, lm_eval_tokens=256)
-
-
 SPARSITY_BAR = 0.25  # α=1.5 support as a share of the vocabulary (the spec's claim 5)
 
 CLAIMS = [
-    Claim("reductions", "KL -> softmax(θ + log q), α=2 -> sparsemax, α=1.5 -> entmax15, and the losses "
-          "equal cross-entropy / the entmax losses (worst error over seeds / tolerance)",
+    Claim("reductions", "the f-softargmax (safeguarded Newton solver, the default in training) gives KL -> "
+          "softmax(θ + log q), α=2 -> sparsemax, α=1.5 -> entmax15, and the losses equal cross-entropy / the "
+          "entmax losses (worst error over seeds / tolerance)",
           "exact identities (Sec. 3)", 1.0, "<=", kind="exact", role="check"),
-    Claim("bisection-general", "for every f and both q, root residual <= 1e-6 and primal = dual value "
-          "to 1e-8 (worst error over seeds / tolerance)", "any f-divergence (Sec. 4)", 1.0, "<=", kind="exact",
-          role="check"),
-    Claim("bisection-rate", "sparse families: log10 error falls with T at a slope <= -0.2 per step "
-          "(worst family; computed once)", "bisection, ~-0.30 per step", -0.2, "<=", kind="exact",
-          role="check"),
+    Claim("bisection-general", "for every f and both q, the bisection's root residual <= 1e-6, and primal = dual "
+          "value to 1e-8 (worst error over seeds / tolerance); primal = dual holds for any g once the root is found",
+          "any f-divergence (Sec. 4)", 1.0, "<=", kind="exact", role="check"),
+    Claim("bisection-rate", "sparse families: log10 error of the bisection falls with T at a slope <= -0.2 per "
+          "step (worst family; computed once); true by construction, the bracket halves each step for any "
+          "monotone g", "bisection, ~-0.30 per step", -0.2, "<=", kind="exact", role="check"),
     Claim("alpha15-clf", "digits: accuracy(α=1.5) - accuracy(KL), in points", "α=1.5 matches or beats CE",
           -1.0, ">=", interval="bootstrap"),
     Claim("alpha15-lm", "next-token accuracy(α=1.5) - accuracy(KL), in points",
           "α=1.5 matches or beats CE in LM", -0.5, ">=", interval="bootstrap"),
-    Claim("lm-near-bayes", "both LM losses reach at least 0.85 of the Bayes accuracy (min ratio)",
+    Claim("lm-near-bayes", "both LM losses reach at least 0.85 of the Bayes accuracy (min ratio); a sanity "
+          "floor that a trigram count table on the same tokens also meets",
           "(our sanity floor)", 0.85, ">=", role="check"),
-    Claim("sparsity", "mean support of p*(α=1.5) on LM test contexts, as a share of the vocabulary",
-          "sparse outputs for α > 1", SPARSITY_BAR, "<="),
+    Claim("sparsity", "mean support of p*(α=1.5) on LM test contexts, as a share of the vocabulary, for the "
+          "α=1.5-trained model; controls: the KL-trained and the untrained model of the same seed through the "
+          "same α=1.5 operator", "sparse outputs for α > 1", SPARSITY_BAR, "<=",
+          controls=("kl-model", "untrained")),
 ]
-@dataclass
-class Results:
-    """Everything :func:`run` measured, per seed where it varies with the seed."""
 
-    params: Params
-    vocab: int = 0  # vocabulary of the LM comparison (0: params.lm_vocab)
-    corpus: dict[str, Any] = field(default_factory=dict)  # paper preset: model and corpus facts
-    reduction_errors: list[dict[str, float]] = field(default_factory=list)
-    general_errors: list[float] = field(default_factory=list)
-    convergence: dict[str, list[float]] = field(default_factory=dict)
-    slopes: dict[str, float] = field(default_factory=dict)
-    clf_acc: dict[str, list[float]] = field(default_factory=dict)
-    clf_support: dict[str, list[float]] = field(default_factory=dict)
-    lm_acc: dict[str, list[float]] = field(default_factory=dict)
-    lm_curves: dict[str, list[list[float]]] = field(default_factory=dict)
-    lm_support_curves: dict[str, list[list[float]]] = field(default_factory=dict)
-    lm_true_support: list[float] = field(default_factory=list)
-    lm_curve_steps: list[int] = field(default_factory=list)
-    lm_support: dict[str, list[float]] = field(default_factory=dict)
-    lm_support_recall: dict[str, list[float]] = field(default_factory=dict)
-    lm_outside_mass: dict[str, list[float]] = field(default_factory=dict)
-    bayes: list[float] = field(default_factory=list)
-    distill: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    sft_acc: dict[str, list[float]] = field(default_factory=dict)
-
-
-# --- A. operator checks -------------------------------------------------------------------------
-
-
-def reduction_errors(seed: int, rows: int = 1000, k: int = 100) -> dict[str, float]:
-    """Each reduction's error divided by its tolerance (float64 at T=50, float32 at T=30).
-
-    Loss mismatches are relative to ``max(|reference|, 1)``: near-zero losses have no relative digits.
-    """
-    import entmax
-    import torch.nn.functional as F
-
-    gen = torch.Generator().manual_seed(seed)
-    out: dict[str, float] = {}
-    for dtype, iters, tol_p, tol_kl, tol_loss in ((torch.float64, 50, 1e-8, 1e-12, 1e-6),
-                                                  (torch.float32, 30, 1e-5, 1e-5, 1e-5)):
-        tag = str(dtype).split(".")[-1]
-        theta = (3 * torch.randn(rows, k, generator=gen, dtype=torch.float64)).to(dtype)
-        q = (0.1 + torch.rand(k, generator=gen, dtype=torch.float64)).to(dtype)
-        y = torch.randint(0, k, (rows,), generator=gen)
-        pairs = {
-            "softmax": (softargmax(REGISTRY["kl"], theta, q, iters), torch.softmax(theta + q.log(), -1), tol_kl),
-            "sparsemax": (softargmax(REGISTRY["alpha2"], theta, None, iters), entmax.sparsemax(theta, -1), tol_p),
-            "entmax15": (softargmax(REGISTRY["alpha1.5"], theta, None, iters), entmax.entmax15(theta, -1), tol_p),
-            "entmax_bisect1.25": (softargmax(get_divergence("alpha1.25"), theta, None, iters),
-                                  entmax.entmax_bisect(theta, 1.25, n_iter=iters + 20), tol_p),
-        }
-        for name, (ours, ref, tol) in pairs.items():
-            out[f"{name}/{tag}"] = float((ours - ref).abs().max()) / tol
-        losses = {
-            "cross_entropy": (fy_loss_value(REGISTRY["kl"], theta, y, None, iters)[0],
-                              F.cross_entropy(theta, y, reduction="none")),
-            "entmax15_loss": (fy_loss_value(REGISTRY["alpha1.5"], theta, y, None, iters)[0],
-                              entmax.entmax15_loss(theta, y)),
-            "sparsemax_loss": (fy_loss_value(REGISTRY["alpha2"], theta, y, None, iters)[0],
-                               entmax.sparsemax_loss(theta, y)),
-        }
-        for name, (ours, ref) in losses.items():
-            rel = ((ours - ref).abs() / ref.abs().clamp_min(1.0)).max()
-            out[f"{name}/{tag}"] = float(rel) / tol_loss
-    return out
-
-
-def general_error(seed: int, rows: int = 256, k: int = 50) -> float:
-    """Worst over every f and q in {1, random} of residual/1e-6 and |primal - dual|/1e-8."""
-    gen = torch.Generator().manual_seed(seed)
-    theta = 3 * torch.randn(rows, k, generator=gen, dtype=torch.float64)
-    worst = 0.0
-    for q in (torch.ones(k, dtype=torch.float64), 0.05 + torch.rand(k, generator=gen, dtype=torch.float64)):
-        for div in REGISTRY.values():
-            shifted = theta - theta.max(-1, keepdim=True).values
-            tau = bisect_tau(div, shifted, q, 50)
-            residual = ((q * div.g(shifted - tau[:, None])).sum(-1) - 1).abs().max()
-            gap = (primal_value(div, theta, q, 50) - softmax_value(div, theta, q, 50)).abs().max()
-            worst = max(worst, float(residual) / 1e-6, float(gap) / 1e-8)
-    return worst
-
-
-def convergence(seed: int, iters: range = range(2, 41, 2), rows: int = 256, k: int = 200) -> dict[str, list[float]]:
-    """Max |p*_T - p*_80| against T bisection steps for every f (float64; the bisection path)."""
-    gen = torch.Generator().manual_seed(seed)
-    theta = 3 * torch.randn(rows, k, generator=gen, dtype=torch.float64)
-    out = {}
-    for name, div in REGISTRY.items():
-        ref = softargmax(div, theta, None, 80, method="bisect")
-        out[name] = [float((softargmax(div, theta, None, t, method="bisect") - ref).abs().max()) for t in iters]
-    return out
-
-
-def error_slope(iters: list[int], errors: list[float], lo: int = 5, hi: int = 30) -> float:
-    """Least-squares slope of log10(error) against T over ``lo <= T <= hi``."""
-    pts = [(t, math.log10(max(e, 1e-18))) for t, e in zip(iters, errors) if lo <= t <= hi]
-    t, e = np.array(pts).T
-    return float(np.polyfit(t, e, 1)[0])
-
-
-# --- B. classification on digits ----------------------------------------------------------------
-
-
-def reference_measure(kind: str, k: int, counts: np.ndarray | None = None) -> torch.Tensor | None:
-    """q = 1 (``ones``), 1/k (``uniform``) or empirical class/token frequencies (``prior``)."""
-    if kind == "ones":
-        return None
-    if kind == "uniform":
-        return torch.full((k,), 1.0 / k)
-    freq = np.asarray(counts, dtype=float) + 1.0
-    return torch.tensor(freq / freq.sum(), dtype=torch.float32)
-
-
-def digits_split(seed: int) -> tuple[np.ndarray, ...]:
-    """Standardised stratified 63/7/30 train/validation/test split of digits."""
-    X, y = load_digits(return_X_y=True)
-    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, stratify=y, random_state=seed)
-    X_tr, X_va, y_tr, y_va = train_test_split(X_tr, y_tr, test_size=0.1, stratify=y_tr, random_state=seed)
-    scaler = StandardScaler().fit(X_tr)
-    return (*(scaler.transform(a).astype(np.float32) for a in (X_tr, X_va, X_te)), y_tr, y_va, y_te)
-
-
-def train_classifier(loss: str, data: tuple[np.ndarray, ...], hidden: int, epochs: int, lr: float, seed: int,
-                     iters: int, q: torch.Tensor | None) -> FeatureMLP:
-    """An MLP 64 -> hidden -> 10 trained with the FY loss of ``loss`` (same init and order per seed)."""
-    X_tr, _, _, y_tr, _, _ = data
-    div, gen = get_divergence(loss), torch.Generator().manual_seed(seed)
-    return fit(FeatureMLP((64, hidden), 10, gen), X_tr, y_tr, epochs, gen, lr, weight_decay=0.01,
-               loss=lambda z, target: fy_loss(div, z, target, q, iters).mean(), optimizer=torch.optim.AdamW)
-
-
-def mlp_eval(model: torch.nn.Module, loss: str, X: np.ndarray, y: np.ndarray, q, iters: int) -> tuple[float, float]:
-    """Accuracy and mean support size of p* on (X, y)."""
-    with torch.no_grad():
-        logits = model(torch.from_numpy(X))
-        p = softargmax(get_divergence(loss), logits, q, iters)
-    return float((logits.argmax(-1).numpy() == y).mean()), float((p > 0).sum(-1).float().mean())
-
-
-def digits_experiment(params: Params, seed: int, lrs: tuple[float, ...] = (3e-3, 1e-2)) -> dict[str, tuple[float, float]]:
-    """Test accuracy and support per loss, lr chosen per loss on the validation split."""
-    data = digits_split(seed)
-    q = reference_measure(params.reference_measure, 10, np.bincount(data[3], minlength=10))
-    out = {}
-    for loss in params.clf_losses:
-        fits = [train_classifier(loss, data, params.clf_hidden, params.clf_epochs, lr, seed, params.bisect_iters, q)
-                for lr in lrs]
-        best = max(fits, key=lambda m: mlp_eval(m, loss, data[1], data[4], q, params.bisect_iters)[0])
-        out[loss] = mlp_eval(best, loss, data[2], data[5], q, params.bisect_iters)
-    return out
-
-
-# --- C. tiny LM on a sparse Markov source -------------------------------------------------------
-
-
-SEQ_LEN, BATCH, EVAL_TOKENS = 32, 32, 20_000
-
-
-def lr_at(step: int, total: int, warmup: int = 20) -> float:
-    """Linear warm-up, then cosine decay to zero (a multiplier of the base lr)."""
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
-
-
-def lm_targets(source: MarkovSource, seqs: np.ndarray, soft: bool) -> torch.Tensor:
-    """Targets of positions >= 2: the next tokens, or the true laws for distillation."""
-    if soft:
-        return torch.tensor(next_token_laws(source, seqs), dtype=torch.float32)
-    return torch.from_numpy(seqs[:, 2:])
-
-
-def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, *,
-             model: torch.nn.Module | None = None, layers: int | None = None, soft: bool = False,
-             eval_seqs: np.ndarray | None = None,
-             curve_every: int = 0) -> tuple[torch.nn.Module, list[tuple[float, float]]]:
-    """Train (or fine-tune) a tiny GPT-2 with the FY loss; optionally record (accuracy, support / V) curves."""
-    if model is None:
-        model = tiny_gpt2(source.vocab, layers or params.lm_layers, params.lm_dim, 4, 64, seed=seed)
-    div, rng = get_divergence(loss), np.random.default_rng(seed + 10_000)
-    opt = torch.optim.AdamW(model.parameters(), lr=params.lm_lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, steps))
-    curve = []
-    model.train()
-    for step in range(steps):
-        seqs = sample_sequences(source, BATCH, SEQ_LEN, rng)
-        logits = model(torch.from_numpy(seqs)).logits[:, 1:-1]
-        target = lm_targets(source, seqs, soft)
-        opt.zero_grad()
-        fy_loss(div, logits.reshape(-1, source.vocab), target.reshape(-1, *target.shape[2:]),
-                q, params.bisect_iters).mean().backward()
-        opt.step()
-        sched.step()
-        if curve_every and eval_seqs is not None and ((step + 1) % curve_every == 0):
-            point = lm_eval(model, loss, source, eval_seqs[:200], q, params.bisect_iters)
-            curve.append((point["acc"], point["support"] / source.vocab))
-    return model, curve
-
-
-def lm_eval(model: torch.nn.Module, loss: str, source: MarkovSource, seqs: np.ndarray, q, iters: int) -> dict[str, Any]:
-    """Accuracy, agreement/TV with the true law, support size, recall and mass outside the true support."""
-    model.eval()
-    with torch.no_grad():
-        logits = model(torch.from_numpy(seqs)).logits[:, 1:-1]
-        p = softargmax(get_divergence(loss), logits, q, iters)
-    model.train()
-    law = torch.tensor(next_token_laws(source, seqs), dtype=torch.float32)
-    support, true_support = p > 0, law > 0
-    true_sizes = true_support.sum(-1).float()
-    recall = (support & true_support).sum(-1).float() / true_sizes
-    return {
-        "acc": float((logits.argmax(-1).numpy() == seqs[:, 2:]).mean()),
-        "agree": float((logits.argmax(-1) == law.argmax(-1)).float().mean()),
-        "tv": float(0.5 * (p - law).abs().sum(-1).mean()),
-        "support": float(support.sum(-1).float().mean()),
-        "recall": float(recall.mean()),
-        "outside_mass": float((p * ~true_support).sum(-1).mean()),
-        "true_support": float(true_sizes.mean()),
-    }
-
-
-def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
-    """Part C (and D when asked) for one seed and one loss; the source is rebuilt from the seed."""
-    rng = np.random.default_rng(seed)
-    source = sparse_markov_table(params.lm_vocab, 2, params.lm_support_max, 0.5, rng)
-    test = sample_sequences(source, EVAL_TOKENS // (SEQ_LEN - 2) + 1, SEQ_LEN, rng)
-    counts = np.bincount(sample_sequences(source, 200, SEQ_LEN, rng).ravel(), minlength=params.lm_vocab)
-    q = reference_measure(params.reference_measure, params.lm_vocab, counts)
-    every = max(1, params.lm_steps // 10)
-    model, curve = train_lm(source, loss, params, seed, params.lm_steps, q, eval_seqs=test, curve_every=every)
-    out = {"bayes": bayes_accuracy(source, test), "curve": [acc for acc, _ in curve],
-           "support_curve": [share for _, share in curve],
-           **lm_eval(model, loss, source, test, q, params.bisect_iters)}
-    if params.run_distill_sft:
-        shifted = perturb(source, 0.3, params.lm_support_max, np.random.default_rng(seed + 1))
-        tuned, _ = train_lm(shifted, loss, params, seed, 200, q, model=model)
-        shifted_test = sample_sequences(shifted, len(test), SEQ_LEN, np.random.default_rng(seed + 2))
-        out["sft_acc"] = lm_eval(tuned, loss, shifted, shifted_test, q, params.bisect_iters)["acc"]
-        student, _ = train_lm(source, loss, params, seed, params.lm_steps, q, layers=1, soft=True)
-        out["distill"] = lm_eval(student, loss, source, test, q, params.bisect_iters)
-    return out
-
-
-def _collect_lm(res: Results, loss: str, out: dict[str, Any]) -> None:
-    """Append one LM job's measurements to the results."""
-    for key, target in (("acc", res.lm_acc), ("curve", res.lm_curves), ("support", res.lm_support),
-                        ("recall", res.lm_support_recall), ("outside_mass", res.lm_outside_mass),
-                        ("support_curve", res.lm_support_curves)):
-        target.setdefault(loss, []).append(out[key])
-    if "sft_acc" in out:
-        res.sft_acc.setdefault(loss, []).append(out["sft_acc"])
-        for key in ("agree", "tv"):
-            res.distill.setdefault(loss, {}).setdefault(key, []).append(out["distill"][key])
-
-
-def run(params: Params) -> Results:
-    """All parts of the reproduction for every seed; seeds and losses run in parallel processes.
-
-    With the ``paper`` preset the LM comparison runs on the local GPT-2 and corpus, in this process.
-    """
-    runtime.limit_threads()
-    device = runtime.resolve_device(params.device)
-    paper = params.preset == "paper"
-    if paper and params.smoke:
-        params = smoke_params(params)
-    res = Results(params, vocab=params.lm_vocab)
-    seeds = params.seed_list()
-    iters = list(range(2, 41, 2))
-    res.convergence = convergence(params.seed)
-    res.slopes = {name: error_slope(iters, res.convergence[name]) for name in SPARSE_FAMILIES}
-    lm_jobs = [] if paper else [(params, seed, loss) for seed in seeds for loss in params.lm_losses]
-    every = max(1, params.lm_steps // 10)
-    res.lm_curve_steps = list(range(every, params.lm_steps + 1, every))
-    with tqdm(total=len(seeds) + len(lm_jobs), desc="fdiv-losses", disable=None, mininterval=5) as bar:
-        jobs = [(params, seed) for seed in seeds] + lm_jobs
-        outs = runtime.parallel_map(_job, [(job,) for job in jobs], on_done=lambda: bar.update(1))
-    for (_, seed, *loss), out in zip(jobs, outs):
-        if loss:
-            _collect_lm(res, loss[0], out)
-        else:
-            res.reduction_errors.append(out["reductions"])
-            res.general_errors.append(out["general"])
-            for name, (acc, support) in out["digits"].items():
-                res.clf_acc.setdefault(name, []).append(acc)
-                res.clf_support.setdefault(name, []).append(support)
-    if paper:
-        _collect_corpus(res, corpus_lm.run_corpus(params, device))
-        return res
-    first_loss = [out for (_, _, *loss), out in zip(jobs, outs) if loss and loss[0] == params.lm_losses[0]]
-    res.bayes = [out["bayes"] for out in first_loss]
-    res.lm_true_support = [out["true_support"] / params.lm_vocab for out in first_loss]
-    return res
-
-
-def _collect_corpus(res: Results, out: dict[str, Any]) -> None:
-    """The corpus comparison's measurements; natural text has no known Bayes accuracy or true support (NaN)."""
-    res.lm_acc, res.lm_support = out["acc"], out["support"]
-    res.lm_curves, res.lm_support_curves = out["curve"], out["support_curve"]
-    res.vocab, res.corpus = out["info"]["vocab"], out["info"]
-    res.bayes = [float("nan")] * res.params.seeds
-    res.lm_true_support = [float("nan")] * res.params.seeds
-
-
-def seed_job(params: Params, seed: int) -> dict[str, Any]:
-    """Parts A and B for one seed: operator checks and the digits experiment."""
-    return {"reductions": reduction_errors(seed), "general": general_error(seed),
-            "digits": digits_experiment(params, seed)}
-
-
-def _job(job: tuple) -> Any:
-    """One unit of parallel work: a seed's parts A-B ``(params, seed)`` or an LM run ``(params, seed, loss)``."""
-    return lm_job(*job) if len(job) == 3 else seed_job(*job)
-
-
-# --- claims -------------------------------------------------------------------------------------
-
-
-def _diff_points(acc: dict[str, list[float]], a: str, b: str, n: int) -> list[float]:
-    """Per-seed accuracy difference a - b in percentage points (NaN when a loss was not run)."""
-    if a not in acc or b not in acc:
-        return [float("nan")] * n
-    return [100 * (x - y) for x, y in zip(acc[a], acc[b])]
-
-
-def per_seed_values(res: Results) -> dict[str, float | list[float]]:
-    """The measured value of every claim: one per seed, or one in all for an exact claim."""
-    n = len(res.bayes)
-    worst_slope = max(res.slopes.values())
-    near = [min(res.lm_acc[l][i] for l in ("kl", "alpha1.5") if l in res.lm_acc) / res.bayes[i] for i in range(n)]
-    return {
-        "reductions": max(max(e.values()) for e in res.reduction_errors),
-        "bisection-general": max(res.general_errors),
-        "bisection-rate": worst_slope,
-        "alpha15-clf": _diff_points(res.clf_acc, "alpha1.5", "kl", n),
-        "alpha15-lm": _diff_points(res.lm_acc, "alpha1.5", "kl", n),
-        "lm-near-bayes": near,
-        "sparsity": [s / (res.vocab or res.params.lm_vocab) for s in res.lm_support.get("alpha1.5", [float("nan")] * n)],
-    }
-
-
-def check(res: Results) -> list[Verdict]:
-    """Evaluate every claim over the seeds."""
-    return evaluate_all(CLAIMS, per_seed_values(res))
-
-
-def metrics(res: Results) -> dict[str, Any]:
-    """Small JSON summary: mean accuracies, supports, Bayes accuracy, slopes."""
-    mean = lambda d: {k: float(np.mean(v)) for k, v in d.items()}  # noqa: E731
-    out = {"clf_acc": mean(res.clf_acc), "clf_support": mean(res.clf_support), "lm_acc": mean(res.lm_acc),
-           "lm_support": mean(res.lm_support), "lm_support_recall": mean(res.lm_support_recall),
-           "lm_outside_mass": mean(res.lm_outside_mass),
-           "bayes_acc": float(np.mean(res.bayes)), "bisection_slopes": res.slopes}
-    if res.corpus:
-        out["corpus"] = res.corpus
-    if res.sft_acc:
-        out["sft_acc"] = mean(res.sft_acc)
-        out["distill"] = {loss: mean(d) for loss, d in res.distill.items()}
-    return out
-
-
-def summary_table(res: Results):
-    """Per-loss means and s.d. over seeds for both tasks (a DataFrame for the page)."""
-    import pandas as pd
-
-    rows = []
-    for loss in dict.fromkeys([*res.clf_acc, *res.lm_acc]):
-        row = {"loss": loss}
-        for key, d in (("digits acc", res.clf_acc), ("digits support", res.clf_support),
-                       ("LM acc", res.lm_acc), ("LM support", res.lm_support),
-                       ("LM support recall", res.lm_support_recall),
-                       ("LM mass outside true support", res.lm_outside_mass), ("SFT acc (S2)", res.sft_acc)):
-            if loss in d:
-                row[key] = f"{np.mean(d[loss]):.3f} ± {np.std(d[loss]):.3f}"
-        if loss in res.distill:
-            row["distill agree"] = f"{np.mean(res.distill[loss]['agree']):.3f}"
-            row["distill TV"] = f"{np.mean(res.distill[loss]['tv']):.3f}"
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("loss").fillna("–")
-
-
-# --- figures ------------------------------------------------------------------------------------
-
-
-def plot_gallery() -> Figure:
-    """p*_1 of θ = (t, 0, -t) against t for dense and sparse f-softargmax operators."""
-    t = torch.linspace(-3, 3, 301, dtype=torch.float64)
-    theta = torch.stack([t, torch.zeros_like(t), -t], -1)
-    fig, (ax,) = figure(width=5.0, height=3.2)
-    for name in ("kl", "js", "hellinger", "chi2", "alpha1.5", "alpha2"):
-        ax.plot(t, softargmax(REGISTRY[name], theta, None, 60)[:, 0], label=name)
-    ax.set(xlabel="t   (θ = (t, 0, −t))", ylabel="p*₁", title="f-softargmax, q = 1")
-    ax.legend(ncols=2)
-    return fig
-
-
-def plot_convergence(res: Results) -> Figure:
-    """Max error to the T = 80 solution against T, per f, with the 2^-T reference."""
-    iters = list(range(2, 41, 2))
-    fig, (ax,) = figure(width=5.0, height=3.2)
-    for name, errors in res.convergence.items():
-        ax.semilogy(iters, np.maximum(errors, 1e-17), marker=".", label=name)
-    ax.semilogy(iters, [2.0**-t for t in iters], "k--", linewidth=1, label="2^-T")
-    ax.set(xlabel="bisection steps T", ylabel="max |p*_T − p*_80|", title="Bisection convergence (float64)")
-    ax.legend(ncols=2)
-    return fig
-
-
-def plot_digits(res: Results) -> Figure:
-    """Test accuracy per loss on digits, mean ± s.d. over seeds; dashed line at KL."""
-    losses = list(res.clf_acc)
-    means = [100 * np.mean(res.clf_acc[l]) for l in losses]
-    sds = [100 * np.std(res.clf_acc[l]) for l in losses]
-    fig, (ax,) = figure(width=5.0, height=3.0)
-    ax.bar(losses, means, yerr=sds, capsize=3, color="C0", alpha=0.8)
-    if "kl" in res.clf_acc:
-        ax.axhline(100 * np.mean(res.clf_acc["kl"]), color="k", linestyle="--", linewidth=1, label="KL (CE)")
-        ax.legend()
-    ax.set(ylim=(min(means) - 3, 100), ylabel="test accuracy (%)", title="Digits MLP, per loss")
-    return fig
-
-
-def plot_lm(res: Results) -> Figure:
-    """Left: next-token accuracy against steps with the Bayes ceiling. Right: support share of p* against steps."""
-    from companion.plotting import mean_sd_line
-
-    fig, (acc_ax, sup_ax) = figure(ncols=2, width=4.6, height=3.2)
-    for loss, curves in res.lm_curves.items():
-        mean_sd_line(acc_ax, res.lm_curve_steps, curves, loss)
-        mean_sd_line(sup_ax, res.lm_curve_steps, res.lm_support_curves[loss], loss)
-    if not res.corpus:  # natural text has no known Bayes accuracy or true support
-        acc_ax.axhline(np.mean(res.bayes), color="k", linestyle=":", linewidth=1, label="Bayes accuracy")
-        sup_ax.axhline(np.mean(res.lm_true_support), color="k", linestyle=":", linewidth=1, label="true support")
-    title = f"GPT-2 ({res.corpus['init']}) on the local corpus" if res.corpus else "Tiny GPT-2 on a sparse Markov source"
-    acc_ax.set(xlabel="training step", ylabel="next-token accuracy (held out)", title=title)
-    acc_ax.legend(loc="lower right")
-    sup_ax.axhline(SPARSITY_BAR, color="C3", linestyle="--", linewidth=1, label="claim bar")
-    sup_ax.set(xlabel="training step", ylabel="support of p* / vocabulary", ylim=(0, 1.05),
-               title="How many tokens p* keeps")
-    sup_ax.legend(loc="center right")
-    return fig
+__getattr__, __dir__ = exports(__name__, {
+    "experiment": ("run", "claim_values", "Results", "summary_table", "lm_seed_table"),
+    "plots": ("plot_gallery", "plot_convergence", "plot_digits", "plot_lm"),
+})

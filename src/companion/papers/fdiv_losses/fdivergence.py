@@ -109,7 +109,6 @@ REGISTRY: dict[str, FDivergence] = {
     "alpha1.5": alpha_divergence(1.5),
     "alpha2": alpha_divergence(2.0),
 }
-LOSS_NAMES = ("kl", "alpha1.5", "alpha2", "chi2", "js", "hellinger", "revkl")
 
 
 def get_divergence(name: str) -> FDivergence:

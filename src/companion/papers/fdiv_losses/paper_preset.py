@@ -1,5 +1,8 @@
 """The ``paper`` preset's language-model comparison: a local GPT-2 trained on a local text corpus per loss.
 
+By default (``lm_init="checkpoint"``) it fine-tunes a GPT-2 already trained with cross-entropy, not the
+paper's pre-training; ``lm_init="config"`` trains the config from scratch.
+
 The paper compares the Fenchel-Young losses of f-divergences (KL = cross-entropy, α = 1.5, ...) for
 next-token prediction with GPT-2-style decoders. Here the model is a ``transformers``
 ``GPT2LMHeadModel`` read from ``model_path`` (``local_files_only``), either fine-tuned from its weights
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,13 @@ import torch
 from companion.papers.fdiv_losses.fdivergence import fy_loss, get_divergence, softargmax
 
 EVAL_SHARE = 0.1  # the last tenth of the token stream is held out
+
+
+def smoke_params(params: Any) -> Any:
+    """The paper pipeline on a tiny budget: two seeds, KL and α = 1.5, a few steps and tokens."""
+    return replace(params, seeds=min(params.seeds, 2), clf_losses=("kl", "alpha1.5"), clf_epochs=5,
+                   clf_hidden=64, lm_losses=("kl", "alpha1.5"), lm_steps=min(params.lm_steps, 4),
+                   lm_seq_len=min(params.lm_seq_len, 32), lm_batch=2, lm_eval_tokens=256)
 
 
 def corpus_files(path: Path) -> list[Path]:
@@ -150,7 +160,7 @@ def run_corpus(params: Any, device: torch.device) -> dict[str, Any]:
     files = corpus_files(resolve_path(params.data_path))
     blocks = split_blocks(token_stream(tok, files), params.lm_seq_len, params.lm_eval_tokens)
     every = max(1, params.lm_steps // 10)
-    out: dict[str, Any] = {"acc": {}, "support": {}, "curve": {}, "support_curve": {}}
+    out: dict[str, Any] = {"acc": {}, "support": {}, "curve": {}, "support_curve": {}, "kl_support_alpha15": []}
     before = None
     for seed in params.seed_list():
         for loss in params.lm_losses:
@@ -161,6 +171,9 @@ def run_corpus(params: Any, device: torch.device) -> dict[str, Any]:
                           seed, every)
             final = evaluate(model, loss, blocks.test, params.bisect_iters, params.lm_batch)
             vocab = model.config.vocab_size
+            if loss == "kl":  # the sparsity control: the KL-trained model through the α = 1.5 operator
+                out["kl_support_alpha15"].append(
+                    evaluate(model, "alpha1.5", blocks.test, params.bisect_iters, params.lm_batch)["support"])
             for key, value in (("acc", final["acc"]), ("support", final["support"]),
                                ("curve", [c["acc"] for c in curve]),
                                ("support_curve", [c["support"] / vocab for c in curve])):
