@@ -323,40 +323,70 @@ def _pair(frac01: float, l1l2: float, dead: float = 0.0, ce: float = 0.9) -> ex.
     return ex.PairEval((frac01,) * 4, frac01, l1l2, 0.05, 0.03, dead, dead, ce)
 
 
-def test_claims_read_the_conditions_controls_and_every_seed_rows_take_the_worst_seed():
-    params = jsae.Params.resolve("quick")
-    res = ex.Results(params, 2.6, 300, {"clean": 2.6, "zero_in": 2.8, "zero_out": 2.8})
-    # per seed: (frac, l1l2) of the SAE, JSAE, random-LM JSAE and random-LM SAE
-    rows = [((0.9, 0.76), (0.5, 0.63), (0.85, 0.60), (0.95, 0.70)),
-            ((0.9, 0.78), (0.52, 0.62), (0.86, 0.61), (0.93, 0.69)),
-            ((0.8, 0.70), (0.48, 0.64), (0.84, 0.59), (0.94, 0.71))]
-    for (fs, ls), (fj, lj), (fr, lr), (frs, lrs) in rows:
-        res.per_seed.append({"sae": _pair(fs, ls, 0.3), "jsae": _pair(fj, lj, 0.5), "jsae-random": _pair(fr, lr),
-                             "sae-random": _pair(frs, lrs)})
+# per seed, (frac, l1l2) of: SAE, JSAE, twin SAE, random-LM JSAE, random-LM SAE, second random LM's JSAE and SAE
+CONDS = ("sae", "jsae", "sae-twin", "jsae-random", "sae-random", "jsae-random2", "sae-random2")
+ROWS = [((0.9, 0.76), (0.5, 0.63), (0.88, 0.75), (0.85, 0.60), (0.95, 0.70), (0.84, 0.61), (0.95, 0.70)),
+        ((0.9, 0.78), (0.52, 0.62), (0.91, 0.77), (0.86, 0.61), (0.93, 0.69), (0.85, 0.60), (0.94, 0.70)),
+        ((0.8, 0.70), (0.48, 0.64), (0.82, 0.72), (0.84, 0.59), (0.94, 0.71), (0.86, 0.60), (0.93, 0.70))]
+
+
+def _results(rows: list) -> ex.Results:
+    """Results whose per-seed pairs carry the given (frac, l1l2) of every condition."""
+    res = ex.Results(jsae.Params.resolve("quick"), 2.6, 300, {"clean": 2.6, "zero_in": 2.8, "zero_out": 2.8})
+    for row in rows:
+        res.per_seed.append({c: _pair(f, l, {"sae": 0.3, "jsae": 0.5}.get(c, 0.0)) for c, (f, l) in zip(CONDS, row)})
     res.exact_err, res.speedup = [1e-7, 3e-7, 2e-7], [400.0, 500.0, 450.0]
-    v = {x.id: x for x in jsae.check(res)}
+    return res
+
+
+def test_claims_read_the_conditions_controls_and_every_seed_rows_take_the_worst_seed():
+    v = {x.id: x for x in jsae.check(_results(ROWS))}
     assert list(v) == [c.id for c in jsae.CLAIMS]
     drop = v["penalty-drop"]
     np.testing.assert_allclose(drop.per_seed, [0.4, 0.38, 0.32], atol=1e-12)
-    random, reseed_drop = drop.controls
+    random, twin_drop = drop.controls
     np.testing.assert_allclose(random.per_seed, [0.10, 0.07, 0.10], atol=1e-12)  # random SAE - random JSAE
-    np.testing.assert_allclose(reseed_drop.per_seed, [0.0, 0.1, -0.1], atol=1e-12)
-    assert drop.verdict == "HOLDS" and random.verdict == "FAILS"
-    assert reseed_drop.verdict == "INCONCLUSIVE" and not drop.discriminates  # every control must fail
+    np.testing.assert_allclose(twin_drop.per_seed, [0.02, -0.01, -0.02], atol=1e-12)  # SAE - twin SAE
+    assert drop.verdict == "HOLDS" and random.verdict == "FAILS" and twin_drop.verdict == "FAILS"
+    assert drop.discriminates
     l1l2_random = v["l1l2-sparser"].controls[1]
     np.testing.assert_allclose(l1l2_random.per_seed, [0.10, 0.08, 0.12], atol=1e-12)
     assert l1l2_random.verdict == "HOLDS" and not v["l1l2-sparser"].discriminates  # the random LM sparsifies too
-    reseed = v["jac-sparser"].controls[0]  # the next seed's SAE over this seed's, cyclically
-    np.testing.assert_allclose(reseed.per_seed, [1.0, 0.8 / 0.9, 0.9 / 0.8], atol=1e-12)
-    np.testing.assert_allclose(v["l1l2-sparser"].controls[0].per_seed, [-0.02, 0.08, -0.06], atol=1e-12)
+    twin = v["jac-sparser"].controls[0]  # the twin SAE over this seed's SAE, same seed
+    np.testing.assert_allclose(twin.per_seed, [0.88 / 0.9, 0.91 / 0.9, 0.82 / 0.8], atol=1e-12)
+    np.testing.assert_allclose(v["l1l2-sparser"].controls[0].per_seed, [0.01, 0.01, -0.02], atol=1e-12)
+    paired = v["drop-vs-random"]  # trained drop minus random drop; control: random minus second random
+    np.testing.assert_allclose(paired.per_seed, [0.30, 0.31, 0.22], atol=1e-12)
+    np.testing.assert_allclose(paired.controls[0].per_seed, [-0.01, -0.02, 0.03], atol=1e-12)
+    assert paired.controls[0].name == "random2" and paired.controls[0].verdict == "FAILS"
+    np.testing.assert_allclose(v["drop-vs-random-l1l2"].per_seed, [0.03, 0.08, -0.06], atol=1e-12)
+    np.testing.assert_allclose(v["drop-vs-random-l1l2"].controls[0].per_seed, [0.01, -0.02, 0.02], atol=1e-12)
     every = v["jac-sparser-every"]
     assert every.kind == "exact" and every.interval is None and every.value == pytest.approx(0.48 / 0.8)
-    assert every.controls[0].value == pytest.approx(0.9 / 0.8)  # the worst seed of the control too
+    assert every.controls[0].value == pytest.approx(0.82 / 0.8)  # the worst seed of the control too
     assert v["l1l2-sparser-every"].value == pytest.approx(min(0.76 - 0.63, 0.78 - 0.62, 0.70 - 0.64))
     assert v["jac-exact"].value == 3e-7 and "jac-speedup" not in v
     assert {c.id for c in jsae.CLAIMS if c.role == "check"} == {"ce-kept", "ce-jsae", "fvu-jsae", "jac-exact"}
-    m = ex.metrics(res)
+    m = ex.metrics(_results(ROWS))
     assert m["jsae.dead_out"] == 0.5 and m["sae.dead_in"] == 0.3 and m["jsae-random.dead_in"] == 0.0
+    table = ex.seed_table(list(v.values()), [0, 1, 2])
+    assert table.loc[("drop-vs-random", "control random2")].tolist() == pytest.approx([-0.01, -0.02, 0.03])
+
+
+def test_the_twin_and_second_random_controls_can_hold():
+    """Nothing ties a control to its finding: a twin as sparse as the JSAE, or two random LMs whose drops differ
+    by more than the bar, make the controls hold and the findings stop discriminating."""
+    rows = [list(r) for r in ROWS]
+    for r in rows:
+        r[2] = r[1]  # the twin SAE as sparse as the JSAE
+    v = {x.id: x for x in jsae.check(_results(rows))}
+    assert v["jac-sparser"].controls[0].verdict == "HOLDS" and not v["jac-sparser"].discriminates
+    assert v["penalty-drop"].controls[1].verdict == "HOLDS" and not v["penalty-drop"].discriminates
+    rows = [list(r) for r in ROWS]
+    for r in rows:
+        r[3] = (r[4][0] - 0.4, r[3][1])  # the first random LM's penalty removes as much as the trained LM's
+    v = {x.id: x for x in jsae.check(_results(rows))}
+    assert v["drop-vs-random"].controls[0].verdict == "HOLDS" and not v["drop-vs-random"].discriminates
 
 
 def test_affine_r2_is_one_for_an_affine_map_and_low_for_a_nonlinear_one():

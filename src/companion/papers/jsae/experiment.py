@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -14,9 +14,9 @@ from tqdm import tqdm
 from torch import Tensor
 
 from companion import runtime
-from companion.claims import worst
+from companion.claims import Verdict, worst
 from companion.models.topk_sae import TopKSAE, constrained_step, fvu
-from companion.papers.jsae import RESEED, Params
+from companion.papers.jsae import TWIN, Params
 from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, mlp_io, train_byte_lm
 from companion.papers.jsae.docstring_corpus import sample_windows, split_tokens, tiled_windows
 
@@ -25,6 +25,8 @@ CONTEXT = 64  # bytes per window
 EVAL_WINDOWS = 256  # held-out windows: eight batches of 32 x 64 bytes
 CHECK_TOKENS = 64  # tokens for the exactness and speed check inside a run
 RANDOM_LM_SEED = 1_000_003  # offset so the random LM never shares the trained LM's init
+RANDOM_LM2_SEED = 2_000_003  # the second random LM's offset: independent of the first
+TWIN_SEED = 3_000_017  # the twin pair's SAE-seed offset: another init and batch order on the same activations
 WINDOW_STREAM = 7  # numpy stream id of the training windows: np.random.default_rng([seed, 7])
 
 
@@ -350,6 +352,8 @@ def exactness_and_speed(sae_x: TopKSAE, sae_y: TopKSAE, acts: Acts, full_map: bo
 
 # --- the experiment ----------------------------------------------------------------------------
 
+CONDITIONS = ("sae", "jsae", TWIN, "jsae-random", "sae-random", "jsae-random2", "sae-random2")
+
 @dataclass
 class Results:
     """Everything the page shows: per-seed pair metrics by condition, examples, the sweep."""
@@ -453,32 +457,46 @@ def fit_job(acts: Acts, params: Params, seed: int, lam: float, ce: Callable[...,
 
 
 def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] | None,
-             keep_jac: bool = False, check: bool = False, timed: bool = False) -> PairJob:
-    """Worker job: one SAE pair (coefficient ``lam``, SAE seed ``seed``) on the trained LM (None: a random LM)."""
+             keep_jac: bool = False, check: bool = False, timed: bool = False, lm_seed: int = RANDOM_LM_SEED,
+             sae_seed: int | None = None, with_ce: bool = True) -> PairJob:
+    """Worker job: one SAE pair (coefficient ``lam``) on the training tokens of ``seed``, on the trained LM
+    (None: the random LM initialised from ``lm_seed + seed``); the SAEs from ``sae_seed`` (default ``seed``)."""
     runtime.limit_threads(1)
     arch = (params.lm_layers, params.d_model, params.d_mlp)
     # The random LM of this seed; a trained LM's weights then overwrite it.
-    lm = byte_gpt2(*arch, seed=RANDOM_LM_SEED + seed, context=CONTEXT)
+    lm = byte_gpt2(*arch, seed=lm_seed + seed, context=CONTEXT)
     if lm_state is not None:
         lm.load_state_dict(lm_state)
     lm = lm.to(runtime.resolve_device(params.device))
     train_w, eval_w = _windows(seed, params)
     acts = collect(lm, params.hook_layer, train_w, eval_w, params.normalize_acts)
     ce, base = None, {}
-    if lm_state is not None:
+    if lm_state is not None and with_ce:
         base = ce_baselines(lm, params.hook_layer, eval_w)
 
         def ce(sx: TopKSAE, sy: TopKSAE) -> float:
             return ce_of(lm, params.hook_layer, sx, sy, acts, eval_w, base)
 
-    return fit_job(acts, params, seed, lam, ce, base, keep_jac, check, timed=timed)
+    return fit_job(acts, params, seed if sae_seed is None else sae_seed, lam, ce, base, keep_jac, check,
+                   timed=timed)
 
 
 def _job(params: Params, kind: str, seed: int, lam: float, state: dict[str, Tensor] | None) -> PairJob:
     """A worker job: one pair of condition ``kind`` with SAE seed ``seed`` on ``state`` (None: random LM)."""
     first = seed == params.seed and state is not None
-    return pair_job(params, seed, lam, state, keep_jac=first and kind != "sweep",
-                    check=kind == "jsae", timed=first and kind == "jsae")
+    twin = kind == TWIN
+    return pair_job(params, seed, lam, state, keep_jac=first and kind in ("sae", "jsae"),
+                    check=kind == "jsae", timed=first and kind == "jsae",
+                    lm_seed=RANDOM_LM2_SEED if kind.endswith("random2") else RANDOM_LM_SEED,
+                    sae_seed=TWIN_SEED + seed if twin else None, with_ce=not twin)
+
+
+def random_conditions(params: Params) -> list[tuple[str, float]]:
+    """The (condition, lambda) pairs run on the random LMs: the first LM's, then the second's."""
+    if not params.run_random_baseline:
+        return []
+    first = [("jsae-random", params.jac_coef)] + [("sae-random", 0.0)] * params.random_traditional
+    return first + [("jsae-random2", params.jac_coef), ("sae-random2", 0.0)] * params.second_random
 
 
 def run(params: Params, workers: int | None = None) -> Results:
@@ -499,10 +517,10 @@ def run(params: Params, workers: int | None = None) -> Results:
     runtime.limit_threads(workers or runtime.cores())
     loss, lm_steps, state = train_lm(params)
     runtime.limit_threads(1)
-    conds = [("jsae-random", params.jac_coef)] + [("sae-random", 0.0)] * params.random_traditional
-    jobs = [(params, name, s, lam, state) for s in seeds for name, lam in (("sae", 0.0), ("jsae", params.jac_coef))]
+    trained = [("sae", 0.0), ("jsae", params.jac_coef), (TWIN, 0.0)]
+    jobs = [(params, name, s, lam, state) for s in seeds for name, lam in trained]
     jobs += [(params, "sweep", params.seed, lam, state) for lam in params.sweep_coefs]
-    jobs += [(params, name, s, lam, None) for name, lam in conds if params.run_random_baseline for s in seeds]
+    jobs += [(params, name, s, lam, None) for name, lam in random_conditions(params) for s in seeds]
     # Jacobian-penalised pairs cost about 2.5x a traditional pair: start them first to balance the workers.
     jobs.sort(key=lambda job: job[3] == 0)
     bar = tqdm(total=len(jobs), desc="jsae pairs", disable=None, leave=False)
@@ -516,7 +534,7 @@ def assemble(params: Params, lm_loss: float, lm_steps: int, keys: list[tuple[str
     """The run's :class:`Results` from its pair jobs, each keyed by (condition, seed, lambda)."""
     by_job = {(name, seed): r for (name, seed, _), r in zip(keys, out) if name != "sweep"}
     res = Results(params, lm_loss, lm_steps, by_job[("sae", params.seed)].ce_base, source=source)
-    conds = [c for c in ("sae", "jsae", "jsae-random", "sae-random") if (c, params.seed) in by_job]
+    conds = [c for c in CONDITIONS if (c, params.seed) in by_job]
     for seed in params.seed_list():
         res.per_seed.append({name: by_job[(name, seed)].ev for name in conds})
         res.scales[f"trained-{seed}"] = by_job[("jsae", seed)].scales
@@ -545,26 +563,45 @@ def _per(results: Results, cond: str, attr: str) -> list[float]:
 def claim_values(results: Results) -> dict[str, float | list[float]]:
     """Per-seed values of every claim and control, or the worst seed for the exact rows.
 
-    The re-seed control pairs seed i's traditional pair with seed i+1's (cyclically): the same LM and
-    the same measurement with lambda = 0 in place of lambda. The speed-up of the efficient Jacobian is
-    a timing: reported in :func:`metrics` and gated in ``benchmarks/bench_jsae.py``, never a verdict
-    line (a loaded machine moves it)."""
-    sae, js, rsae, rjs = (np.array(_per(results, c, "frac01")) for c in ("sae", "jsae", "sae-random", "jsae-random"))
-    l_sae, l_js, l_rsae, l_rjs = (np.array(_per(results, c, "l1l2"))
-                                  for c in ("sae", "jsae", "sae-random", "jsae-random"))
+    The twin control trains another traditional pair per seed, from another SAE seed on the same
+    activations: the same measurement with lambda = 0 in place of lambda. The random2 control repeats the
+    paired trained-vs-random difference between the random LM and a second, independently initialised
+    one. The speed-up of the efficient Jacobian is a timing: reported in :func:`metrics` and gated in
+    ``benchmarks/bench_jsae.py``, never a verdict line (a loaded machine moves it)."""
+    frac = {c: np.array(_per(results, c, "frac01")) for c in CONDITIONS}
+    l1l2 = {c: np.array(_per(results, c, "l1l2")) for c in CONDITIONS}
     ce_sae, ce_js = (np.array(_per(results, c, "ce")) for c in ("sae", "jsae"))
     fvu_worst = np.maximum(_per(results, "jsae", "fvu_in"), _per(results, "jsae", "fvu_out"))
-    ratio, ratio_c = js / sae, np.roll(sae, -1) / sae
-    gap, gap_c = l_sae - l_js, l_sae - np.roll(l_sae, -1)
-    return {"jac-sparser": list(ratio), f"jac-sparser@{RESEED}": list(ratio_c),
-            "jac-sparser-every": worst(ratio, "<="), f"jac-sparser-every@{RESEED}": worst(ratio_c, "<="),
-            "l1l2-sparser": list(gap), f"l1l2-sparser@{RESEED}": list(gap_c),
-            "l1l2-sparser@random": list(l_rsae - l_rjs),
-            "l1l2-sparser-every": worst(gap, ">="), f"l1l2-sparser-every@{RESEED}": worst(gap_c, ">="),
-            "penalty-drop": list(sae - js), "penalty-drop@random": list(rsae - rjs),
-            f"penalty-drop@{RESEED}": list(sae - np.roll(sae, -1)),
+    sae, js, tw = frac["sae"], frac["jsae"], frac[TWIN]
+    ratio, ratio_c = js / sae, tw / sae
+    gap, gap_c = l1l2["sae"] - l1l2["jsae"], l1l2["sae"] - l1l2[TWIN]
+    drop = {m: {lm: v[f"sae{lm}"] - v[f"jsae{lm}"] for lm in ("", "-random", "-random2")}
+            for m, v in (("frac", frac), ("l1l2", l1l2))}
+    return {"jac-sparser": list(ratio), f"jac-sparser@{TWIN}": list(ratio_c),
+            "jac-sparser-every": worst(ratio, "<="), f"jac-sparser-every@{TWIN}": worst(ratio_c, "<="),
+            "l1l2-sparser": list(gap), f"l1l2-sparser@{TWIN}": list(gap_c),
+            "l1l2-sparser@random": list(drop["l1l2"]["-random"]),
+            "l1l2-sparser-every": worst(gap, ">="), f"l1l2-sparser-every@{TWIN}": worst(gap_c, ">="),
+            "penalty-drop": list(sae - js), "penalty-drop@random": list(drop["frac"]["-random"]),
+            f"penalty-drop@{TWIN}": list(sae - tw),
+            "drop-vs-random": list(drop["frac"][""] - drop["frac"]["-random"]),
+            "drop-vs-random@random2": list(drop["frac"]["-random"] - drop["frac"]["-random2"]),
+            "drop-vs-random-l1l2": list(drop["l1l2"][""] - drop["l1l2"]["-random"]),
+            "drop-vs-random-l1l2@random2": list(drop["l1l2"]["-random"] - drop["l1l2"]["-random2"]),
             "ce-kept": list(ce_js - ce_sae), "ce-jsae": list(ce_js), "fvu-jsae": list(fvu_worst),
             "jac-exact": max(results.exact_err)}
+
+
+def seed_table(verdicts: Sequence[Verdict], seeds: list[int]) -> pd.DataFrame:
+    """Per-seed values of every statistical finding and of each of its controls, one row each."""
+    rows = {}
+    for v in verdicts:
+        if v.role != "finding" or v.kind != "statistical":
+            continue
+        rows[(v.id, "finding")] = v.per_seed
+        rows.update({(v.id, f"control {c.name}"): c.per_seed for c in v.controls})
+    return pd.DataFrame(rows, index=[f"seed {s}" for s in seeds]).T.round(4)
+
 
 def summary(results: Results) -> pd.DataFrame:
     """Mean (sd) over seeds of every metric, one row per condition (SAE/JSAE x trained/random)."""

@@ -123,7 +123,8 @@ def reinitialised(model: GPTNeoXForCausalLM, seed: int) -> GPTNeoXForCausalLM:
 
 
 def run_paper(params: Params) -> Results:
-    """Trained checkpoint: per seed an SAE pair and a JSAE; re-initialised copy: a JSAE (and a pair); the sweep."""
+    """Trained checkpoint: per seed an SAE pair, a JSAE and a twin SAE pair; two re-initialised copies: a JSAE and
+    a pair on each; the sweep."""
     from companion.papers.jsae import experiment as jsae
 
     if params.smoke:
@@ -148,14 +149,21 @@ def run_paper(params: Params) -> Results:
             keys.append((name, seed, lam))
             out.append(jsae.fit_job(acts, params, seed, lam, ce, base, keep_jac=seed == params.seed,
                                     check=name == "jsae", full_map=False))
+        keys.append((jsae.TWIN, seed, 0.0))
+        out.append(jsae.fit_job(acts, params, jsae.TWIN_SEED + seed, 0.0, None, base))
     for lam in params.sweep_coefs:
         keys.append(("sweep", params.seed, lam))
         out.append(jsae.fit_job(acts, params, params.seed, lam, ce, base))
-    conds = [("jsae-random", params.jac_coef)] + [("sae-random", 0.0)] * params.random_traditional
-    for seed in params.seed_list() if params.run_random_baseline else []:
-        rand = reinitialised(model, jsae.RANDOM_LM_SEED + seed)
+    conds = jsae.random_conditions(params)
+    for seed, lm_seed, suffix in [(s, o, f) for o, f in ((jsae.RANDOM_LM_SEED, "-random"),
+                                                         (jsae.RANDOM_LM2_SEED, "-random2"))
+                                  for s in params.seed_list()]:
+        todo = [(name, lam) for name, lam in conds if name.endswith(suffix)]
+        if not todo:
+            continue
+        rand = reinitialised(model, lm_seed + seed)
         r_acts = jsae.collect(rand, params.hook_layer, train_w, eval_w, params.normalize_acts, act)
-        for name, lam in conds:
+        for name, lam in todo:
             keys.append((name, seed, lam))
             out.append(jsae.fit_job(r_acts, params, seed, lam, None, {}))
         del rand, r_acts

@@ -10,8 +10,9 @@ from companion.plotting import figure
 
 # --- figures -----------------------------------------------------------------------------------
 
-LABELS = {"sae": "SAE, trained LM", "jsae": "JSAE, trained LM", "jsae-random": "JSAE, random LM",
-          "sae-random": "SAE, random LM"}
+LABELS = {"sae": "SAE, trained LM", "jsae": "JSAE, trained LM", "sae-twin": "SAE twin, trained LM",
+          "jsae-random": "JSAE, random LM", "sae-random": "SAE, random LM", "jsae-random2": "JSAE, random LM 2",
+          "sae-random2": "SAE, random LM 2"}
 
 
 def plot_jacobian_hist(results: Results) -> Figure:
@@ -31,7 +32,7 @@ def plot_jacobian_hist(results: Results) -> Figure:
 
 def plot_sparsity_bars(results: Results) -> Figure:
     """Fraction of |J| above each threshold and the scale-free l1/(k l2), mean and sd over seeds."""
-    fig, (ax_f, ax_l) = figure(2, 1, 4.4, 2.9)
+    fig, (ax_f, ax_l) = figure(2, 1, 5.0, 2.9)
     conds = list(results.per_seed[0])
     taus = results.params.thresholds
     width = 0.8 / len(conds)
@@ -44,7 +45,7 @@ def plot_sparsity_bars(results: Results) -> Figure:
              xlabel="threshold tau", ylabel="fraction |J| > tau", title="threshold metric (paper)")
     ax_l.set(xticks=range(len(conds)), ylabel="mean ||J||_1 / (k ||J||_2)", title="scale-free metric")
     ax_l.set_xticklabels([LABELS[c].replace(", ", "\n") for c in conds], fontsize=7)
-    ax_f.legend()
+    ax_f.legend(fontsize=7)
     return fig
 
 
