@@ -210,14 +210,21 @@ def test_claims_fail_when_the_measurement_says_so():
     res.lm_support = {"alpha1.5": [20.0, 21.0, 20.0]}
     res.bayes = [0.64, 0.64, 0.64]
     res.lm_controls = {"kl-model": {"support": [2.0, 3.0, 2.0]}, "untrained": {"support": [30.0, 31.0, 30.0]}}
+    res.clf_logreg, res.trigram = [0.95, 0.96, 0.95], [0.64, 0.64, 0.64]
     verdicts = {v.id: v for v in paper.check(res)}
     assert {k: v.verdict for k, v in verdicts.items()} == {
         "reductions": "FAILS", "bisection-general": "HOLDS", "bisection-rate": "HOLDS", "alpha15-clf": "FAILS",
         "alpha15-lm": "HOLDS", "lm-near-bayes": "HOLDS", "sparsity": "FAILS"}
     controls = {c.name: c.verdict for c in verdicts["sparsity"].controls}
     assert controls == {"kl-model": "HOLDS", "untrained": "FAILS"}
+    assert [c.verdict for c in verdicts["alpha15-clf"].controls] == ["FAILS"]  # logreg trails KL by 2 points
+    assert [c.verdict for c in verdicts["alpha15-lm"].controls] == ["HOLDS"]  # the count table beats KL
     res.lm_support = {"alpha1.5": [2.0, 2.5, 2.0]}  # sparse, but so is the KL model: not discriminating
     assert paper.check(res)[-1].verdict == "HOLDS" and not paper.check(res)[-1].discriminates
+
+
+def test_logreg_baseline_is_a_real_classifier():
+    assert 0.9 < experiment.logreg_accuracy(0) <= 1.0
 
 
 def test_loss_names_are_the_registry():

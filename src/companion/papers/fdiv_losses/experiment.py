@@ -47,6 +47,7 @@ class Results:
     slopes: dict[str, float] = field(default_factory=dict)
     clf_acc: dict[str, list[float]] = field(default_factory=dict)
     clf_support: dict[str, list[float]] = field(default_factory=dict)
+    clf_logreg: list[float] = field(default_factory=list)  # a plain baseline: logistic regression on digits
     lm_acc: dict[str, list[float]] = field(default_factory=dict)
     lm_curves: dict[str, list[list[float]]] = field(default_factory=dict)
     lm_support_curves: dict[str, list[list[float]]] = field(default_factory=dict)
@@ -188,6 +189,14 @@ def digits_experiment(params: Params, seed: int, lrs: tuple[float, ...] = (3e-3,
         best = max(fits, key=lambda m: mlp_eval(m, loss, data[1], data[4], q, params.bisect_iters)[0])
         out[loss] = mlp_eval(best, loss, data[2], data[5], q, params.bisect_iters)
     return out
+
+
+def logreg_accuracy(seed: int) -> float:
+    """Test accuracy of a multinomial logistic regression on the same digits split (the plain baseline)."""
+    from sklearn.linear_model import LogisticRegression
+
+    X_tr, _, X_te, y_tr, _, y_te = digits_split(seed)
+    return float(LogisticRegression(max_iter=2000).fit(X_tr, y_tr).score(X_te, y_te))
 
 
 # --- C. tiny LM on a sparse Markov source -------------------------------------------------------
@@ -346,6 +355,7 @@ def run(params: Params) -> Results:
             for name, (acc, support) in out["digits"].items():
                 res.clf_acc.setdefault(name, []).append(acc)
                 res.clf_support.setdefault(name, []).append(support)
+            res.clf_logreg.append(out["logreg"])
     if paper:
         _collect_corpus(res, paper_preset.run_corpus(params, device))
         return res
@@ -369,7 +379,7 @@ def _collect_corpus(res: Results, out: dict[str, Any]) -> None:
 def seed_job(params: Params, seed: int) -> dict[str, Any]:
     """Parts A and B for one seed: operator checks and the digits experiment."""
     return {"reductions": reduction_errors(seed), "general": general_error(seed),
-            "digits": digits_experiment(params, seed)}
+            "digits": digits_experiment(params, seed), "logreg": logreg_accuracy(seed)}
 
 
 def _job(job: tuple) -> Any:
@@ -382,7 +392,7 @@ def _job(job: tuple) -> Any:
 
 def _diff_points(acc: dict[str, list[float]], a: str, b: str, n: int) -> list[float]:
     """Per-seed accuracy difference a - b in percentage points (NaN when a loss was not run)."""
-    if a not in acc or b not in acc:
+    if not acc.get(a) or not acc.get(b):
         return [float("nan")] * n
     return [100 * (x - y) for x, y in zip(acc[a], acc[b])]
 
@@ -398,7 +408,9 @@ def claim_values(res: Results) -> dict[str, float | list[float]]:
         "bisection-general": max(res.general_errors),
         "bisection-rate": max(res.slopes.values()),
         "alpha15-clf": _diff_points(res.clf_acc, "alpha1.5", "kl", n),
+        "alpha15-clf@logreg": _diff_points({**res.clf_acc, "logreg": res.clf_logreg}, "logreg", "kl", n),
         "alpha15-lm": _diff_points(res.lm_acc, "alpha1.5", "kl", n),
+        "alpha15-lm@trigram": _diff_points({**res.lm_acc, "trigram": res.trigram}, "trigram", "kl", n),
         "lm-near-bayes": near,
         "sparsity": [s / vocab for s in res.lm_support.get("alpha1.5", nan)],
     }
@@ -422,7 +434,10 @@ def metrics(res: Results) -> dict[str, Any]:
            "bayes_acc": float(np.mean(res.bayes)), "bisection_slopes": res.slopes,
            "lm_acc_per_seed": res.lm_acc}
     out["lm_controls"] = {name: mean(d) for name, d in res.lm_controls.items()}
+    if res.clf_logreg:
+        out["clf_logreg_acc"] = float(np.mean(res.clf_logreg))
     if res.trigram:
+        out["trigram_acc"] = float(np.mean(res.trigram))
         out["trigram_over_bayes"] = float(np.mean([t / b for t, b in zip(res.trigram, res.bayes)]))
     if not res.corpus:
         out["lm_collapsed_seeds"] = collapsed_seeds(res)
