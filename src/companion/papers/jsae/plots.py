@@ -32,7 +32,7 @@ def plot_jacobian_hist(results: Results) -> Figure:
 
 def plot_sparsity_bars(results: Results) -> Figure:
     """Fraction of |J| above each threshold and the scale-free l1/(k l2), mean and sd over seeds."""
-    fig, (ax_f, ax_l) = figure(2, 1, 5.0, 2.9)
+    fig, (ax_f, ax_l) = figure(2, 1, 5.0, 3.2)
     conds = list(results.per_seed[0])
     taus = results.params.thresholds
     width = 0.8 / len(conds)
@@ -44,8 +44,9 @@ def plot_sparsity_bars(results: Results) -> Figure:
     ax_f.set(xticks=np.arange(len(taus)) + 0.4 - width / 2, xticklabels=[f"{t:g}" for t in taus],
              xlabel="threshold tau", ylabel="fraction |J| > tau", title="threshold metric (paper)")
     ax_l.set(xticks=range(len(conds)), ylabel="mean ||J||_1 / (k ||J||_2)", title="scale-free metric")
-    ax_l.set_xticklabels([LABELS[c].replace(", ", "\n") for c in conds], fontsize=7)
-    ax_f.legend(fontsize=7)
+    ax_l.set_xticklabels([LABELS[c].replace(", ", "\n") for c in conds], fontsize=6, rotation=30)
+    ax_f.set_ylim(0, 1.4)  # headroom for the legend above the bars
+    ax_f.legend(fontsize=6, ncol=3, loc="upper center")
     return fig
 
 
