@@ -38,7 +38,8 @@ SLUG = "jsae"
 PAPER_PRESET = ("the paper's setting on a local GPT-NeoX/Pythia checkpoint (model_path) and a local text corpus "
                 "(data_path, e.g. the uncopyrighted Pile): an SAE pair and a JSAE on one MLP with the official "
                 "Pythia-70m settings (layer 3, 32x expansion, k 32, lambda 1, 300 M token-steps), the same "
-                "architecture re-initialised as the baseline; needs a GPU; smoke=true runs it on 4096 tokens")
+                "architecture re-initialised twice (the baseline and its control); needs a GPU; smoke=true runs it "
+                "on 4096 tokens")
 
 SOURCES = (
     Source("pythia-70m-deduped", "Pythia-70m-deduped, the paper's lambda-sweep model (Hugging Face format)",
