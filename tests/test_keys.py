@@ -47,8 +47,8 @@ def test_docstrings_comments_and_formatting_change_no_key(tree):
         head, _, rest = text.partition('"""')
         module.write_text(head + '"""A reworded docstring."""' + rest.partition('"""')[2])
         module.write_text("# a comment at the top\n" + module.read_text().replace("\n\n\n", "\n\n\n\n") + "\n# end\n")
-    edit(tree / "papers" / "fdiv_losses" / "__init__.py", "def check(res: Results) -> list[Verdict]:\n",
-         "def check(res: Results) -> list[Verdict]:\n    # why: a comment inside a function\n")
+    edit(tree / "papers" / "fdiv_losses" / "experiment.py", "def claim_values(res: Results) -> dict[str, float | list[float]]:\n",
+         "def claim_values(res: Results) -> dict[str, float | list[float]]:\n    # why: a comment inside a function\n")
     assert all_keys() == before
 
 
