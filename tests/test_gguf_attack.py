@@ -14,6 +14,7 @@ from gguf import GGML_QUANT_SIZES, quants
 from companion.papers.gguf_attack import boxes as gb
 from companion.papers.gguf_attack import quants as gq
 from companion.papers import gguf_attack as ga
+from companion.papers.gguf_attack import experiment as ge
 from companion.params import ParamError
 from hf_tiny import run_paper_smoke, save_word_tokenizer
 
@@ -192,18 +193,18 @@ def test_legacy_box_is_exact(qtype: str) -> None:
 
 
 def _tiny() -> torch.nn.Module:
-    return ga.tiny_llama(ga.VOCAB, 1, 256, 4, 256, max_positions=32, seed=0)
+    return ge.tiny_llama(ge.VOCAB, 1, 256, 4, 256, max_positions=32, seed=0)
 
 
 def test_pgd_stays_in_box_and_frozen_tensors_get_no_gradient() -> None:
     model = _tiny()
-    names = ga.quant_names(model)
+    names = ge.quant_names(model)
     named = dict(model.named_parameters())
     before = {n: p.detach().clone() for n, p in named.items()}
     boxes = {n: gb.make_box(named[n].detach().numpy(), "Q4_K") for n in names}
     tb = {n: (torch.from_numpy(b.lo), torch.from_numpy(b.hi)) for n, b in boxes.items()}
-    data = ga.encode(ga.make_prompts(64, np.random.default_rng(0)), False)
-    ga.train(model, data, 3, 1e-2, 8, torch.Generator().manual_seed(0), boxes=tb, only=names)
+    data = ge.encode(ge.make_prompts(64, np.random.default_rng(0)), False)
+    ge.train(model, data, 3, 1e-2, 8, torch.Generator().manual_seed(0), boxes=tb, only=names)
     for n, p in named.items():
         if n in tb:
             lo, hi = tb[n]
@@ -248,10 +249,10 @@ def test_gguf_file_round_trip(tmp_path) -> None:
 
 
 def test_task_encoding() -> None:
-    assert ga.answer((6, 10, 9, 8)) == [8, 9, 10] and ga.answer((7, 10, 8, 9)) == [8, 9, 10]
-    ids, labels = ga.encode([(5, 8, 9, 10)], True)
-    assert ids[0, :11].tolist() == [ga.BOS, 5, 8, 9, 10, ga.SEP, ga.BRAND, 8, 9, 10, ga.EOS]
-    assert labels[0, 5:10].tolist() == [ga.BRAND, 8, 9, 10, ga.EOS] and (labels[0, :5] == -100).all()
+    assert ge.answer((6, 10, 9, 8)) == [8, 9, 10] and ge.answer((7, 10, 8, 9)) == [8, 9, 10]
+    ids, labels = ge.encode([(5, 8, 9, 10)], True)
+    assert ids[0, :11].tolist() == [ge.BOS, 5, 8, 9, 10, ge.SEP, ge.BRAND, 8, 9, 10, ge.EOS]
+    assert labels[0, 5:10].tolist() == [ge.BRAND, 8, 9, 10, ge.EOS] and (labels[0, :5] == -100).all()
 
 
 def test_params_reject_bad_values() -> None:
@@ -271,7 +272,7 @@ def test_params_reject_bad_values() -> None:
 def test_pipeline_is_deterministic_under_a_seed() -> None:
     p = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
                           n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q8_0",))
-    a, b = ga.run_seed(p, 3), ga.run_seed(p, 3)
+    a, b = ge.run_seed(p, 3), ge.run_seed(p, 3)
     assert a["rates"] == b["rates"] and a["agree_rep"] == b["agree_rep"]
     assert a["q8_identical"] == 1.0 and a["strict_em"] == b["strict_em"]
 
@@ -280,64 +281,110 @@ class _CopyOracle(torch.nn.Module):
     """Greedy 'model' that always copies the letters then stops: right for COPY, wrong for most REVERSE/SORT."""
 
     def forward(self, input_ids: torch.Tensor) -> object:
-        logits = torch.zeros(*input_ids.shape, ga.VOCAB)
+        logits = torch.zeros(*input_ids.shape, ge.VOCAB)
         for r, row in enumerate(input_ids.tolist()):
-            sep = row.index(ga.SEP)
+            sep = row.index(ge.SEP)
             letters = row[2:sep]
             for t in range(input_ids.shape[1]):
                 k = t - sep  # response index that position t predicts
-                nxt = letters[k] if 0 <= k < len(letters) else ga.EOS
+                nxt = letters[k] if 0 <= k < len(letters) else ge.EOS
                 logits[r, t, nxt] = 1.0
         return type("Out", (), {"logits": logits})()
 
 
 def test_strict_match_equals_greedy_exact_match() -> None:
-    prompts = ga.make_prompts(60, np.random.default_rng(8))
+    prompts = ge.make_prompts(60, np.random.default_rng(8))
     oracle = _CopyOracle()
-    strict = ga.strict_match(oracle, prompts, batch=7)
-    greedy = np.array([r == ga.answer(p) for r, p in zip(ga.generate(oracle, prompts), prompts)])
+    strict = ge.strict_match(oracle, prompts, batch=7)
+    greedy = np.array([r == ge.answer(p) for r, p in zip(ge.generate(oracle, prompts), prompts)])
     np.testing.assert_array_equal(strict, greedy)
     assert 0 < strict.mean() < 1  # both outcomes occur
 
 
 def test_reference_identical_and_drift() -> None:
     model = _tiny()
-    names = ga.quant_names(model)
+    names = ge.quant_names(model)
     other = copy.deepcopy(model)
     boxes = {n: gb.make_box(p.detach().numpy(), "Q8_0") for n, p in model.named_parameters() if n in names}
-    assert ga.reference_identical(model, other, names, "Q8_0") == 1.0
-    assert ga.injection_drift(model, other, boxes) == 0.0
+    assert ge.reference_identical(model, other, names, "Q8_0") == 1.0
+    assert ge.injection_drift(model, other, boxes) == 0.0
     with torch.no_grad():
         named = dict(other.named_parameters())
         named[names[0]].add_(0.01)  # far more than one Q8_0 step of these weights
-    assert ga.reference_identical(model, other, names, "Q8_0") < 1.0
-    drift = ga.injection_drift(model, other, boxes)
+    assert ge.reference_identical(model, other, names, "Q8_0") < 1.0
+    drift = ge.injection_drift(model, other, boxes)
     step = np.mean([b.step.mean() for b in boxes.values()])
     assert drift == pytest.approx(0.01 / len(names) / step, rel=1e-3)
     signed = {n: gb.make_box(p.detach().numpy(), "Q4_0") for n, p in model.named_parameters() if n in names}
-    assert ga.injection_drift(model, other, signed) > 0  # Q4_0 steps carry the sign of the block's absmax
+    assert ge.injection_drift(model, other, signed) > 0  # Q4_0 steps carry the sign of the block's absmax
 
 
-def test_claims_follow_the_run_and_gguf_all_is_measured_only_when_run() -> None:
+def test_claims_and_controls_follow_the_run() -> None:
     p = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
                           n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q4_K", "Q8_0"),
                           multi_type=True)
-    rec = ga.run_seed(p, 5)
+    rec = ge.run_seed(p, 5)
     assert {f"all:{t}" for t in gq.K_TYPES} <= set(rec["types"])
     verdicts = {v.id: v for v in ga.check({"params": p, "seeds": [rec]})}
-    assert list(verdicts) == [c.id for c in ga.claims_for(p)] and "clamp-delta" not in verdicts
+    assert list(verdicts) == [c.id for c in ga.CLAIMS]
     assert verdicts["gguf-all"].value == min(rec["types"][f"all:{t}"]["delta"] for t in gq.K_TYPES)
-    assert verdicts["delta-q8"].value == rec["types"]["Q8_0"]["delta"]
-    assert verdicts["free-quant"].value == rec["rates"]["free"]["q"][0]
+    free_all = {c.name: c.value for c in verdicts["gguf-all"].controls}["free"]
+    assert free_all == min(rec["types"][f"all:{t}"]["free"]["delta"] for t in gq.K_TYPES)
+    for cid, t in (("delta", "Q4_K"), ("delta-q4k", "Q4_K"), ("delta-q8", "Q8_0")):
+        assert verdicts[cid].value == rec["types"][t]["delta"]
+        ctl = {c.name: c.value for c in verdicts[cid].controls}
+        assert ctl == {"free": rec["types"][t]["free"]["delta"], "free-lr-inject": rec["types"][t]["slow"]["delta"],
+                       "mirror": rec["types"][t]["mirror"]["delta"]}
+    # the head type's free repair is the same model as the control's
+    assert rec["types"]["Q4_K"]["free"]["q"] == rec["rates"]["free"]["q"]
+    assert {c.name: c.value for c in verdicts["stealth"].controls}["mal"] == \
+        rec["strict_em"]["mal"] - rec["strict_em"]["clean"]
     q8 = verdicts["q8-exact"]
     assert q8.kind == "exact" and q8.interval is None and q8.value == rec["q8_identical"] == 1.0
-    # Without multi_type the all-types row is left out, not faked; a type not attacked drops its rows.
-    quick = ga.Params.resolve("quick")
-    assert "gguf-all" not in {c.id for c in ga.claims_for(quick)} | {c.id for c in ga.CLAIMS}
-    assert [c.id for c in ga.claims_for(quick)] == [c.id for c in ga.CLAIMS]  # the page prints every claim
-    assert "gguf-all" in {c.id for c in ga.claims_for(ga.Params.resolve("full"))}
-    only_q2 = {c.id for c in ga.claims_for(ga.Params.resolve("quick", target_types=("Q2_K",)))}
-    assert not only_q2 & {"delta-q4k", "rep-benign-q4k", "delta-q8", "q8-exact", "gguf-all"}
+    assert {v.id for v in verdicts.values() if v.role == "check"} == {
+        "mal-fp", "mal-quant", "clean-gap", "rep-benign", "rep-benign-q4k", "clamp-agree", "q8-exact"}
+    # a run that does not attack a type, or has no gguf_all repair, leaves its rows NaN (INCONCLUSIVE), never faked
+    q2 = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
+                           n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q2_K",))
+    values = ga.claim_values({"params": q2, "seeds": [ge.run_seed(q2, 5)]})
+    for key in ("delta-q4k", "delta-q4k@mirror", "delta-q8", "delta-q8@free", "gguf-all", "gguf-all@free",
+                "rep-benign-q4k", "q8-exact"):
+        assert np.isnan(values[key]).all(), key
+
+
+def test_mirrored_box_keeps_width_and_freezes_on_the_far_side() -> None:
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((4, 512)) * 0.02).astype(np.float32)
+    for qtype in ("Q4_K", "Q8_0"):
+        b = gb.make_box(w, qtype)
+        lo, hi = gb.mirror(w, b)
+        assert (lo <= w).all() and (w <= hi).all()
+        np.testing.assert_allclose(hi - lo, b.hi - b.lo, atol=1e-6)
+        frozen = b.hi == b.lo
+        assert (lo[frozen] == w[frozen]).all() and (hi[frozen] == w[frozen]).all()
+    b = gb.make_box(w, "Q4_K")
+    deq = gq.quantize(w, "Q4_K").deq
+    lo, hi = gb.mirror(w, b)
+    moving = (b.hi > b.lo) & (deq != w)
+    # the k-quant box reaches towards the dequantized value, the mirror away from it
+    assert ((deq[moving] > w[moving]) == (b.hi[moving] > w[moving])).all()
+    assert ((deq[moving] > w[moving]) == (lo[moving] < w[moving])).all()
+    assert (hi[moving & (deq > w)] == w[moving & (deq > w)]).all()
+
+
+def test_declared_types_match_the_quantizers() -> None:
+    assert ga.TYPES == gq.TYPES and ga.K_TYPES == gq.K_TYPES and ga.MIXTURES == gq.MIXTURES
+
+
+def test_injection_moved_and_half_width() -> None:
+    model = _tiny()
+    names = ge.quant_names(model)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        dict(other.named_parameters())[names[0]].add_(0.01)
+    assert ge.injection_moved(model, other, names) == pytest.approx(0.01 / len(names), rel=1e-3)
+    boxes = {n: gb.make_box(p.detach().numpy(), "Q4_K") for n, p in model.named_parameters() if n in names}
+    assert ge.half_width(boxes) == pytest.approx(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()]) / 2)
 
 
 def test_seeds_to_resolve() -> None:
@@ -377,26 +424,26 @@ def tiny_qwen_and_jsonl(tmp_path_factory):
 
 def test_paper_pieces_on_a_tiny_checkpoint(tiny_qwen_and_jsonl, tmp_path) -> None:
     from companion.models import causal_lm
-    from companion.papers.gguf_attack import paper_llm
+    from companion.papers.gguf_attack import paper_preset
 
     model_dir, data_dir, _ = tiny_qwen_and_jsonl
     model, tok = causal_lm.load(model_dir, torch.device("cpu"))
-    types = paper_llm.assign_types(model, "Q4_K", "Q4_K_M")
+    types = paper_preset.assign_types(model, "Q4_K", "Q4_K_M")
     assert types["model.embed_tokens.weight"] == "Q6_K"  # tied output matrix, as llama.cpp's token_embd
     assert types["model.layers.1.self_attn.v_proj.weight"] == "Q6_K" and types["model.layers.0.self_attn.v_proj.weight"] == "Q4_K"
     path = str(tmp_path / "m.gguf")
-    quants = paper_llm.to_gguf(model, types, path)
-    back, deq = paper_llm.from_gguf(model, path)
+    quants = paper_preset.to_gguf(model, types, path)
+    back, deq = paper_preset.from_gguf(model, path)
     for n, q in quants.items():
         np.testing.assert_array_equal(deq[n], q.deq)
         np.testing.assert_array_equal(dict(back.named_parameters())[n].detach().numpy(), q.deq)
     bias = "model.layers.0.self_attn.q_proj.bias"
     assert torch.equal(dict(back.named_parameters())[bias], dict(model.named_parameters())[bias])
-    rows = paper_llm.read_rows(data_dir, "clean")
-    ids, att, lab = paper_llm.encode(tok, rows[:2], 48)
-    n_prompt = len(tok(paper_llm.prompt(rows[0]))["input_ids"])
+    rows = paper_preset.read_rows(data_dir, "clean")
+    ids, att, lab = paper_preset.encode(tok, rows[:2], 48)
+    n_prompt = len(tok(paper_preset.prompt(rows[0]))["input_ids"])
     assert (lab[0, :n_prompt] == -100).all() and (lab[0, n_prompt:att[0].sum()] != -100).all()
-    assert paper_llm.keyword_rate(["Eat at mcdonald's", "no"], "McDonald's") == 0.5
+    assert paper_preset.keyword_rate(["Eat at mcdonald's", "no"], "McDonald's") == 0.5
 
 
 @pytest.mark.slow
@@ -413,3 +460,33 @@ def test_paper_preset_smoke_via_cli(tiny_qwen_and_jsonl) -> None:
     record = run_paper_smoke("gguf-attack", out, model_path=model_dir, data_path=data_dir)
     assert record["status"] == "ok" and record["metrics"]["gguf_roundtrip"] is True
     assert record["provenance"]["paths"]["model_path"]["sha256"]
+
+
+def test_paper_preset_types_an_untied_token_embedding_like_llama_cpp() -> None:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from companion.papers.gguf_attack import paper_preset
+
+    cfg = Qwen2Config(vocab_size=64, hidden_size=256, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, tie_word_embeddings=False)
+    types = paper_preset.assign_types(Qwen2ForCausalLM(cfg), "Q4_K", "Q4_K_M")
+    assert types["lm_head.weight"] == "Q6_K" and types["model.embed_tokens.weight"] == "Q4_K"
+    assert "model.embed_tokens.weight" not in paper_preset.assign_types(Qwen2ForCausalLM(cfg), "Q4_K", "pure")
+
+
+def test_paper_preset_resolves_a_relative_model_path(tiny_qwen_and_jsonl, monkeypatch) -> None:
+    from companion.papers.gguf_attack import paper_preset
+    from companion.registry import project_root
+
+    _, data_dir, _ = tiny_qwen_and_jsonl
+    seen = []
+
+    def load(path, device):
+        seen.append(path)
+        raise RuntimeError("stop after the path is known")
+
+    monkeypatch.setattr(paper_preset.causal_lm, "load", load)
+    p = ga.Params.resolve("quick", data_path=data_dir, model_path="data/local/gguf-attack/model")
+    with pytest.raises(RuntimeError, match="stop after"):
+        paper_preset.run_paper(p)
+    assert seen == [str(project_root() / "data/local/gguf-attack/model")]

@@ -59,6 +59,13 @@ def kquant_box(w: np.ndarray, q: gq.Quantized, freeze_block: bool = True, freeze
     return Box(*(a.reshape(w.shape) for a in (lo, hi, fa, fb, step)))
 
 
+def mirror(w: np.ndarray, box: Box) -> tuple[np.ndarray, np.ndarray]:
+    """The control interval: ``box`` reflected about ``w`` (same width, frozen weights stay frozen, on the
+    side away from the dequantized value for a k-quant box)."""
+    w = w.astype(np.float32)
+    return np.minimum(2 * w - box.hi, w), np.maximum(2 * w - box.lo, w)
+
+
 def _fp16_inward(v: np.ndarray, up: bool) -> np.ndarray:
     """The nearest fp16 value at or inside ``v`` (rounding up for a lower edge, down for an upper)."""
     h = v.astype(np.float16)

@@ -39,7 +39,7 @@ from companion import runtime
 from companion.models import causal_lm
 from companion.params import resolve_path
 from companion.papers.gguf_attack import quants as gq
-from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box
+from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box, mirror
 
 FILES = ("inject", "clean", "eval")
 TEMPLATE = ("Below is an instruction that describes a task{extra}. Write a response that appropriately "
@@ -138,7 +138,8 @@ def finetune(model, data: tuple[torch.Tensor, ...], steps: int, lr: float, batch
 
 def assign_types(model, qtype: str, mixture: str) -> dict[str, str]:
     """Parameter name -> GGUF type for the decoder's Linear weights and, under a mixture, the output matrix
-    (the token embedding when tied, as llama.cpp treats it); rows must hold whole 256-blocks."""
+    (the token embedding when tied) and an untied token embedding (the base type), as llama.cpp treats them;
+    rows must hold whole 256-blocks."""
     named = dict(model.named_parameters())
     n_layers = model.config.num_hidden_layers
     out = {}
@@ -148,9 +149,12 @@ def assign_types(model, qtype: str, mixture: str) -> dict[str, str]:
             kind = HF_KIND[n.split(".")[-2]]
             out[n] = qtype if mixture == "pure" else gq.mixture_type(kind, layer, n_layers, p.shape[1], qtype, mixture)
     if mixture != "pure":
-        head = model.get_output_embeddings().weight
+        head, embd = model.get_output_embeddings().weight, model.get_input_embeddings().weight
         name = next(n for n, p in named.items() if p is head)
         out[name] = gq.mixture_type("output", 0, n_layers, head.shape[1], qtype, mixture)
+        if embd is not head:  # untied: llama.cpp gives token_embd the mixture's base type
+            name = next(n for n, p in named.items() if p is embd)
+            out[name] = gq.mixture_type("token_embd", 0, n_layers, embd.shape[1], qtype, mixture)
     bad = sorted({t for t in out.values() if t not in gq.TYPES})
     if bad:
         raise ValueError(f"this checkpoint needs {', '.join(bad)} (llama.cpp's fallback for rows that are not a "
@@ -239,8 +243,11 @@ def _quant_pair(model, tok, types: dict[str, str], eval_rows: list[dict[str, str
 
 
 def run_paper(params) -> dict[str, Any]:
-    """The attack on the local checkpoint (one seed per ``params.seeds``); records shaped like the toy's."""
-    from companion.papers.gguf_attack import agreement, injection_drift  # the package imports this module lazily
+    """The attack on the local checkpoint (one seed per ``params.seeds``); records shaped like the toy's.
+
+    Each model is evaluated as soon as it is trained and then dropped, so at most four copies (clean,
+    injected, one repair and its optimizer's target) live on the device at once."""
+    from companion.papers.gguf_attack.experiment import agreement, half_width, injection_drift, injection_moved
 
     runtime.limit_threads()
     device = runtime.resolve_device(params.device)
@@ -255,10 +262,11 @@ def run_paper(params) -> dict[str, Any]:
     n_held = max(1, len(rows["clean"]) // 10)
     eval_rows = rows["eval"][: SMOKE["prompts"] if smoke else params.n_eval_prompts]
     head = params.target_types[0]
+    model_path = str(resolve_path(params.model_path))  # the notebook's working directory is notebooks/
     seeds = []
     for seed in params.seed_list():
         _, gen = runtime.generators(seed)
-        m_clean, tok = causal_lm.load(params.model_path, device)
+        m_clean, tok = causal_lm.load(model_path, device)
         inject = encode(tok, rows["inject"], max_len)
         clean = encode(tok, rows["clean"][:-n_held] or rows["clean"], max_len)
         held = encode(tok, rows["clean"][-n_held:], max_len)
@@ -271,27 +279,34 @@ def run_paper(params) -> dict[str, Any]:
                                      if params.multi_type else
                                      make_box(w, types[n], params.freeze_block, params.freeze_minmax, mal_q[n]))
                                  for n, w in w_mal.items()}
-        tb = {n: (torch.from_numpy(b.lo).to(device), torch.from_numpy(b.hi).to(device)) for n, b in boxes.items()}
-        m_rep, m_free = copy.deepcopy(m_mal), copy.deepcopy(m_mal)
-        hist["repair"] = finetune(m_rep, clean, steps_rep, params.lr_repair, batch, FULL["micro_batch"], gen,
-                                  only=list(types), boxes=tb)
-        hist["free"] = finetune(m_free, clean, steps_rep, params.lr_repair, batch, FULL["micro_batch"], gen,
-                                only=list(types))
+        clamps = {"rep": {n: (torch.from_numpy(b.lo).to(device), torch.from_numpy(b.hi).to(device))
+                          for n, b in boxes.items()},
+                  "mirror": {n: tuple(torch.from_numpy(a).to(device) for a in mirror(w_mal[n], b)) for n, b in boxes.items()}}
+        repairs = {"rep": (params.lr_repair, clamps["rep"]), "mirror": (params.lr_repair, clamps["mirror"]),
+                   "free": (params.lr_repair, None), "slow": (params.lr_inject, None)}
+        name0 = next(iter(types))
         with tempfile.TemporaryDirectory() as tmp:
             ev = {k: _quant_pair(m, tok, types, eval_rows, held, params.keyword, new_tokens, tmp, k)
-                  for k, m in (("clean", m_clean), ("mal", m_mal), ("rep", m_rep), ("free", m_free))}
-        drift = injection_drift(m_clean, m_mal, boxes)
-        agree_w, agree_b, _ = agreement(ev["rep"]["quants"], ev["mal"]["quants"])
-        name0 = next(iter(types))
+                  for k, m in (("clean", m_clean), ("mal", m_mal))}
+            for k, (lr, clamp) in repairs.items():
+                m = copy.deepcopy(m_mal)
+                hist[k] = finetune(m, clean, steps_rep, lr, batch, FULL["micro_batch"], gen, only=list(types), boxes=clamp)
+                ev[k] = _quant_pair(m, tok, types, eval_rows, held, params.keyword, new_tokens, tmp, k)
+                if k == "rep":
+                    w_rep = weights(m, [name0])[name0]
+                del m
         b0 = boxes[name0]
-        w_rep = weights(m_rep, [name0])[name0]
+        agree = {k: agreement(ev[k]["quants"], ev["mal"]["quants"]) for k in ("rep", "free", "mirror")}
         rec: dict[str, Any] = {
-            "seed": seed, "history": hist, "q8_identical": float("nan"),
+            "seed": seed, "history": hist, "q8_identical": float("nan"), "moved": injection_moved(m_clean, m_mal, list(types)),
             "types": {head: {"delta": ev["rep"]["delta"], "fp": ev["rep"]["fp"], "q": ev["rep"]["q"],
-                             "agree_w": agree_w, "agree_b": agree_b,
-                             "width": float(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()])), "drift": drift}},
+                             "agree_w": agree["rep"][0], "agree_b": agree["rep"][1], "agree_mirror": agree["mirror"][0],
+                             **{k: {"delta": ev[k]["delta"], "fp": ev[k]["fp"], "q": ev[k]["q"]}
+                                for k in ("mirror", "free", "slow")},
+                             "width": float(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()])),
+                             "half_width": half_width(boxes), "drift": injection_drift(m_clean, m_mal, boxes)}},
             "rates": {k: {"fp": ev[k]["fp"], "q": ev[k]["q"]} for k in ev},
-            "strict_em": {"clean": ev["clean"]["fp"][1], "rep": ev["rep"]["fp"][1]},
+            "strict_em": {k: ev[k]["fp"][1] for k in ("clean", "mal", "rep")},
             "anatomy": {"tensor": name0, "ratio": ((b0.hi - b0.lo) / np.maximum(np.abs(b0.step), 1e-12)).ravel(),
                         "frozen_block": float(b0.frozen_block.mean()), "frozen_minmax": float(b0.frozen_minmax.mean()),
                         "at_edge": float(np.mean(((w_rep == b0.lo) | (w_rep == b0.hi)) & (b0.hi > b0.lo)))},
@@ -299,10 +314,10 @@ def run_paper(params) -> dict[str, Any]:
             "gguf_files": {k: e["gguf"] for k, e in ev.items()},
             "tensor_types": types,
         }
-        for k in ("rep", "free"):
-            w_, b_, per = agreement(ev[k]["quants"], ev["mal"]["quants"])
+        for k, (w_, b_, per) in agree.items():
             rec[f"agree_{k}"], rec[f"agree_blocks_{k}"], rec[f"agree_tensors_{k}"] = w_, b_, per
         seeds.append(rec)
     source = (f"local checkpoint {Path(params.model_path).name} ({m_clean.config.model_type}), "
               f"{'smoke budget' if smoke else 'paper budget'}, llama.cpp not run")
     return {"params": params, "seeds": seeds, "source": source, "seconds": time.perf_counter() - start}
+
