@@ -12,7 +12,8 @@ from sklearn.metrics import r2_score as sk_r2
 from companion.models.topk_sae import BatchNormTopKSAE, auxk_l1_loss
 from companion.params import ParamError
 from companion.papers import usae
-from companion.papers.usae import cam, concepts, digits, universal, vision
+from companion.claims import FAILS, HOLDS, evaluate_all
+from companion.papers.usae import cam, concepts, digits, evaluate, experiment, paper_preset, universal
 from hf_tiny import run_paper_smoke
 
 
@@ -133,11 +134,31 @@ def test_only_source_model_steps(update_all):
 
 
 def test_one_model_usae_is_a_plain_topk_sae():
-    acts = _toy_acts()[:1]
-    a = universal.train(acts, _cfg(), torch.Generator().manual_seed(4), np.random.default_rng(4), universal=True)
-    b = universal.train(acts, _cfg(), torch.Generator().manual_seed(4), np.random.default_rng(4), universal=False)
-    for p, q in zip(a[0].state_dict().values(), b[0].state_dict().values()):
-        assert torch.equal(p, q)
+    # M = 1 against a plain TopK SAE loop written here (one AdamW, AuxK-L1, clipping, warm-up + cosine),
+    # fed the same full-batch row orders from the same generator.
+    x = _toy_acts()[0]
+    cfg = _cfg(batch_size=len(x), steps=40)
+    usae_one = universal.train([x], cfg, torch.Generator().manual_seed(4), np.random.default_rng(4))[0]
+    sae = BatchNormTopKSAE(x.shape[1], cfg.n_concepts, cfg.top_k, torch.Generator().manual_seed(4))
+    opt = torch.optim.AdamW(sae.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    rng = np.random.default_rng(4)
+    order = rng.permutation(len(x))
+    for t in range(cfg.steps):
+        if t:
+            order = rng.permutation(len(x))
+        assert rng.integers(1) == 0  # the source-model draw: always model 0
+        for group in opt.param_groups:
+            group["lr"] = universal.cosine_lr(t, cfg.steps, cfg.warmup_steps, cfg.lr, cfg.final_lr, cfg.warmup_lr)
+        opt.zero_grad()
+        xb = x[torch.from_numpy(order)]
+        pre, z = sae.encode(xb)
+        d = sae.get_dictionary()
+        auxk_l1_loss(xb, z @ d, pre, z, d, cfg.aux_penalty).backward()
+        torch.nn.utils.clip_grad_norm_(sae.parameters(), cfg.clip)
+        opt.step()
+    sae.eval()
+    for (name, p), q in zip(usae_one.state_dict().items(), sae.state_dict().values()):
+        assert torch.allclose(p.float(), q.float(), atol=1e-6), name
 
 
 def test_training_is_deterministic_under_a_seed():
@@ -169,6 +190,81 @@ def test_shuffled_control_permutation():
     assert torch.equal(a[2], acts[2][torch.from_numpy(perms_a[2])])
 
 
+def test_energy_is_the_official_norm_of_mean_code_times_atom():
+    gen = torch.Generator().manual_seed(0)
+    codes = torch.rand(2, 30, 5, generator=gen) * (torch.rand(2, 30, 5, generator=gen) < 0.4)
+    dicts = [torch.randn(5, 4, generator=gen), torch.randn(5, 3, generator=gen)]
+    expected = [sum(float(torch.linalg.norm(codes[m, :, c].mean() * dicts[m][c])) for m in range(2)) for c in range(5)]
+    assert concepts.energy(codes, dicts).tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_score_of_identical_models_is_perfectly_universal():
+    # Two copies of one model under one SAE: every fire is a co-fire, FE = 1, the R² matrix is constant.
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 6, generator=gen)
+    sae = BatchNormTopKSAE(6, 24, 3, gen)
+    sae.train()
+    sae(x)
+    ev, codes, order = evaluate.score([sae, sae], [x, x], 0.1, 4, 5, 0.0)
+    assert ev.cofire_top == pytest.approx(1.0) and ev.cofire_rest == pytest.approx(1.0)
+    assert np.allclose(ev.fe, 1.0, atol=1e-6) and len(ev.fe) > 4
+    assert np.allclose(ev.r2, ev.r2[0, 0]) and ev.diag_margin == pytest.approx(0.0, abs=1e-9)
+    assert torch.equal(codes[0], codes[1]) and sorted(order.tolist()) == list(range(24))
+
+
+def test_diag_margin_is_the_worst_row():
+    ev = evaluate.VariantEval(np.array([[0.9, 0.5, 0.2], [0.85, 0.8, 0.1], [0.3, 0.3, 0.7]]), np.zeros(0),
+                              np.zeros((3, 1)), np.zeros(1), 0.0, 0.0, 0, 0.0)
+    assert ev.diag_margin == pytest.approx(-0.05) and ev.offdiag == pytest.approx(0.375)
+
+
+def _linear_views(n: int, seed: int) -> list[torch.Tensor]:
+    """M = 3 random linear views (dims 12, 10, 14) of one sparse non-negative latent with 8 factors."""
+    gen = torch.Generator().manual_seed(seed)
+    latent = torch.rand(n, 8, generator=gen) * (torch.rand(n, 8, generator=gen) < 0.15)
+    return [latent @ torch.randn(8, d, generator=gen) for d in (12, 10, 14)]
+
+
+def test_linear_views_of_one_latent_cofire_unless_the_pairing_is_shuffled():
+    # End to end: aligned views of one latent give concepts that fire in every view on the same samples;
+    # breaking the pairing (or training independently) leaves almost none.
+    views = _linear_views(1200, 0)
+    cfg = _cfg(n_concepts=32, top_k=4, steps=400, lr=3e-3, batch_size=128, warmup_steps=20)
+    out = evaluate.fit_variants([v[:1000] for v in views], [v[1000:] for v in views], cfg, 0, 0.1, 8, 5, True)[0]
+    u, s, i = out["universal"], out["shuffled"], out["independent"]
+    assert u.cofire_top > 0.2 and s.cofire_top < 0.1 and i.cofire_top < 0.1
+    assert u.cofire_top > 5 * max(s.cofire_top, i.cofire_top)
+    assert u.offdiag > s.offdiag + 0.15 and u.offdiag > i.offdiag + 0.3
+
+
+def test_claim_values_feed_every_claim_and_control():
+    def ev(offdiag: float, cofire: float, fe: float) -> evaluate.VariantEval:
+        r2 = np.full((3, 3), offdiag)
+        np.fill_diagonal(r2, 0.8)
+        return evaluate.VariantEval(r2, np.full(9, fe), np.zeros((3, 8)), np.ones(8), cofire, 0.01, 0, 1.0)
+
+    runs = [evaluate.SeedRun(s, {"universal": ev(0.7 + 0.01 * s, 0.5, 0.8), "shuffled": ev(0.2, 0.05, 0.6),
+                                 "independent": ev(-0.3, 0.0, 0.3 + 0.01 * s)}) for s in range(4)]
+    results = experiment.Results(usae.Params.resolve("quick"), digits.MODEL_NAMES, runs, "digits")
+    values = experiment.claim_values(results)
+    verdicts = {v.id: v for v in evaluate_all(usae.CLAIMS, values)}
+    assert verdicts["cross-r2"].verdict == HOLDS and verdicts["cross-r2"].discriminates
+    assert values["cross-r2@shuffled"] == pytest.approx([0.2] * 4)
+    assert values["fe-gap@shuffled"] == pytest.approx([0.3 - 0.01 * s for s in range(4)])
+    assert values["diag-highest@independent"] == pytest.approx([1.1] * 4)
+    assert verdicts["energy-universal"].controls[0].verdict == HOLDS  # 0.05 - 0.01 >= 0: not discriminative
+    assert verdicts["cross-r2"].controls[1].verdict == FAILS
+
+
+def test_ablation_trains_the_all_decoders_variant_from_the_same_start():
+    views = _linear_views(300, 1)
+    cfg = _cfg(steps=40, batch_size=64)
+    out = evaluate.fit_variants([v[:200] for v in views], [v[200:] for v in views], cfg, 3, 0.1, 8, 5,
+                                False, True)[0]
+    assert set(out) == {"universal", "all-decoders"}
+    assert not np.allclose(out["universal"].r2, out["all-decoders"].r2)
+
+
 def test_cam_raises_the_concept_for_every_model():
     gen = torch.Generator().manual_seed(0)
     split = digits.DigitSplit(*digits.split_digits())
@@ -178,7 +274,7 @@ def test_cam_raises_the_concept_for_every_model():
         std = universal.Standardiser.fit(digits.features(model, split.x_train[:200]))
         for p in (*model.parameters(), *sae.parameters()):
             p.requires_grad_(False)
-        _, start, end = cam.maximise(usae.concept_pre_fn(model, sae, std), 3, 50, gen)
+        _, start, end = cam.maximise(experiment.concept_pre_fn(model, sae, std), 3, 50, gen)
         assert end > start
 
 
@@ -200,9 +296,9 @@ def test_paper_preset_requires_local_paths(tmp_path):
 
 def test_patch_tokens_drop_class_token_and_resize():
     hidden = torch.randn(2, 1 + 16 * 16, 8)
-    out = vision.patch_tokens(hidden, 16, 14)
+    out = paper_preset.patch_tokens(hidden, 16, 14)
     assert out.shape == (2, 196, 8)
-    same = vision.patch_tokens(hidden[:, :1 + 196], 14, 14)
+    same = paper_preset.patch_tokens(hidden[:, :1 + 196], 14, 14)
     assert torch.equal(same, hidden[:, 1:197])
 
 

@@ -7,7 +7,7 @@ Shared by the toy (digit models) and the ``paper`` preset (vision backbones): bo
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -16,6 +16,11 @@ from torch import Tensor
 from companion.models.topk_sae import BatchNormTopKSAE
 from companion.papers.usae import concepts
 from companion.papers.usae.universal import Standardiser, TrainConfig, cross_r2, encode_all, shuffle_pairs, train
+
+# SeedSequence streams under a run's seed: the digits' augmentation draws from the bare seed, the SAE
+# batches and source models from TRAIN_STREAM, the shuffled control's permutations from SHUFFLE_STREAM.
+TRAIN_STREAM = 2
+SHUFFLE_STREAM = 1
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,12 @@ class VariantEval:
     def diag(self) -> float:
         """Mean diagonal R² (self-reconstruction)."""
         return float(np.diag(self.r2).mean())
+
+    @property
+    def diag_margin(self) -> float:
+        """Min over rows of the diagonal minus the row's largest off-diagonal entry (> 0: diagonal highest)."""
+        off = np.where(np.eye(len(self.r2), dtype=bool), -np.inf, self.r2)
+        return float((np.diag(self.r2) - off.max(axis=1)).min())
 
     @property
     def fe_median(self) -> float:
@@ -86,20 +97,21 @@ def score(saes: list[BatchNormTopKSAE], test: list[Tensor], tau: float, top: int
 
 
 def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainConfig, seed: int,
-                 tau: float, top: int, min_fires: int, controls: bool
+                 tau: float, top: int, min_fires: int, controls: bool, ablation: bool = False
                  ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor, Tensor]:
     """Standardise, train every variant from the same initial weights and batch order, score it."""
     stds = [Standardiser.fit(a) for a in train_acts]
     train_z = [s(a) for s, a in zip(stds, train_acts)]
     test_z = [s(a) for s, a in zip(stds, test_acts)]
-    names = ("universal", "shuffled", "independent") if controls else ("universal",)
+    names = ("universal",) + (("shuffled", "independent") if controls else ()) + (("all-decoders",) if ablation else ())
     out, keep = {}, None
     for name in names:
         gen = torch.Generator().manual_seed(seed)
-        rng = np.random.default_rng(seed)
-        data = shuffle_pairs(train_z, np.random.default_rng([seed, 1]))[0] if name == "shuffled" else train_z
+        rng = np.random.default_rng([seed, TRAIN_STREAM])
+        data = shuffle_pairs(train_z, np.random.default_rng([seed, SHUFFLE_STREAM]))[0] if name == "shuffled" else train_z
+        run_cfg = replace(cfg, update_all_decoders=True) if name == "all-decoders" else cfg
         start = time.process_time()
-        saes = train(data, cfg, gen, rng, universal=name != "independent")
+        saes = train(data, run_cfg, gen, rng, universal=name != "independent")
         ev, codes, order = score(saes, test_z, tau, top, min_fires, time.process_time() - start)
         out[name] = ev
         if name == "universal":

@@ -20,8 +20,6 @@ from torch import Tensor
 from companion.models.topk_sae import BatchNormTopKSAE, aux_codes, auxk_l1_loss
 from companion.papers.usae.concepts import r2
 
-VARIANTS = ("universal", "shuffled", "independent")
-
 
 @dataclass(frozen=True)
 class Standardiser:

@@ -27,7 +27,8 @@ from companion import runtime
 from companion.params import resolve_path
 
 if TYPE_CHECKING:
-    from companion.papers.usae import Params, Results
+    from companion.papers.usae import Params
+    from companion.papers.usae.experiment import Results
 
 BACKBONES = ("siglip", "dinov2", "vit")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -127,8 +128,8 @@ def run_vision(params: "Params") -> "Results":
     """The ``paper`` preset: cache tokens, split images, train and score every seed in-process."""
     from dataclasses import replace
 
-    from companion.papers.usae import MIN_FIRES, FIG_CONCEPTS, FIG_SAMPLES, Results
     from companion.papers.usae.evaluate import SeedRun, fit_variants, top_activating
+    from companion.papers.usae.experiment import FIG_CONCEPTS, FIG_SAMPLES, MIN_FIRES, Results, train_config
 
     device = runtime.resolve_device(params.device)
     limit = SMOKE_IMAGES if params.smoke else params.n_images
@@ -144,12 +145,13 @@ def run_vision(params: "Params") -> "Results":
         n = min(params.n_concepts, 4 * max(a.shape[1] for a in train))
         params = replace(params, usae_steps=SMOKE_STEPS, batch_size=min(params.batch_size, len(train[0])),
                          n_concepts=n, top_k=min(params.top_k, n // 4), top_concepts=min(params.top_concepts, n))
-    cfg = params.train_config(len(train[0]))
+    cfg = train_config(params, len(train[0]))
     runs = []
     for seed in params.seed_list():
         variants, _, _, codes, order = fit_variants(
             [a.to(device) for a in train], [a.to(device) for a in test], cfg, seed,
-            params.fire_threshold, min(params.top_concepts, params.n_concepts), MIN_FIRES, params.run_controls)
+            params.fire_threshold, min(params.top_concepts, params.n_concepts), MIN_FIRES, params.run_controls,
+            params.run_ablation)
         picks, ids = top_activating(codes.cpu(), order.cpu(), FIG_CONCEPTS, FIG_SAMPLES)
         runs.append(SeedRun(seed, variants, {"images.train": len(paths) - n_test, "images.held_out": n_test},
                             picks, ids))
