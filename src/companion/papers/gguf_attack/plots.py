@@ -60,7 +60,7 @@ def plot_agreement(results: dict[str, Any]) -> Figure:
 
 def plot_types(results: dict[str, Any]) -> Figure:
     """Delta per evaluated type for the PGD repair and its three controls (single-type repairs, and
-    ``all:<type>`` for gguf_all when run); below, each box's mean half-width against the injection's mean move."""
+    ``all:<type>`` for gguf_all when run); on the right, each box's mean half-width against the injection's mean move."""
     seeds = results["seeds"]
     keys = list(seeds[0]["types"])
     rows = {"PGD": lambda r: r["delta"], "mirrored box": lambda r: r["mirror"]["delta"],
