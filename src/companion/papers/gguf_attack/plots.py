@@ -53,8 +53,8 @@ def plot_agreement(results: dict[str, Any]) -> Figure:
     ax.set_xticks(x, [n.replace("model.layers.", "L").replace(".self_attn", "").replace(".mlp", "")
                       .replace(".weight", "") for n in names], rotation=45, ha="right")
     ax.set_ylabel("equal dequantized weights")
-    ax.set_ylim(0, 1.05)
-    ax.legend(loc="center right")
+    ax.set_ylim(0, 1.25)
+    ax.legend(loc="upper center", ncol=3)
     return fig
 
 
