@@ -52,7 +52,8 @@ SOURCES = (
 @dataclass(frozen=True)
 class Params(BaseParams):
     """The tiny content-injection reproduction (quick, full; defaults: quick) and, at the paper preset, the attack
-    on a local Llama/Qwen2 checkpoint with a real .gguf read back through ``gguf`` (llama.cpp itself is not run)."""
+    on a local Llama/Qwen2 checkpoint with a real .gguf read back through ``gguf`` (llama.cpp itself is not run).
+    The paper preset runs one seed, so its statistical rows read INCONCLUSIVE (``-p seeds=3`` for verdicts)."""
 
     seeds: int = param(3, lo=1, hi=64, help="number of seeds the claims are evaluated over")
     n_layers: int = param(2, lo=1, hi=64, help="decoder layers of the tiny Llama (the paper preset reads its checkpoint)")
