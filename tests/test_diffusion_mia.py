@@ -6,6 +6,7 @@ import math
 import pickle
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from sklearn.metrics import roc_auc_score
@@ -194,6 +195,86 @@ def test_split_and_training_are_seeded():
     assert any(not torch.allclose(p, r) for p, r in zip(a.parameters(), c.parameters()))
 
 
+def memoriser(members: torch.Tensor):
+    """An epsilon-function that has memorised ``members``: it denoises x_t towards the nearest member."""
+
+    def eps(x: torch.Tensor, t: int) -> torch.Tensor:
+        a = float(D.abar[t])
+        near = members[torch.cdist(x, math.sqrt(a) * members).argmin(dim=1)]
+        return (x - math.sqrt(a) * near) / math.sqrt(1 - a)
+
+    return eps
+
+
+def suite_results(seeds=(0, 1), n: int = 20) -> dm.Results:
+    """Results of :func:`attack_suite` on a perfect memoriser of random 16-pixel members, two seeds."""
+    p = dm.Params.resolve("quick", seeds=len(seeds))
+    rows, costs = [], {}
+    for s in seeds:
+        x = images(2 * n, 16, seed=s)
+        out = dm.attack_suite(memoriser(x[:n]), D, x[:n], x[n:], p, torch.Generator().manual_seed(s), "main", s)
+        rows += out["rows"]
+        costs[s] = out["cost"]
+    cost = pd.DataFrame([{"seed": s, "attack": a, **v} for s, c in costs.items() for a, v in c.items()])
+    return dm.Results(p, pd.DataFrame(rows), cost, pd.DataFrame(), {}, {})
+
+
+def test_attack_suite_rows_costs_and_a_perfect_memoriser():
+    r = suite_results()
+    p, t = r.params, r.table
+    cost = r.cost.query("seed == 0").set_index("attack")["evals_per_image"]
+    nmax = max(p.n_queries)
+    assert cost[f"ReDiffuse t{p.attack_t} n{nmax}"] == nmax * p.attack_t / p.attack_k
+    assert cost["SecMI"] == p.secmi_t / p.secmi_k + 2 and cost["SecMI-official"] == p.official_t / p.official_k + 2
+    assert cost["Loss-avg"] == p.loss_avg_draws and cost["PIA"] == 2 and cost["Loss"] == 1
+    for attack in ("Loss-official", "PIA-official", "PIAN-official", "SecMI-official", "Loss-avg-official"):
+        assert set(t.query("attack == @attack")["t"]) == {p.official_t}
+    rd = t.query("attack == 'ReDiffuse' and t == @p.attack_t")
+    assert sorted(rd["n"].unique()) == sorted(p.n_queries)
+    # a model that reproduces its members exactly gives them distance 0: ReDiffuse and AvgDist separate perfectly
+    assert (rd["auc"] == 1.0).all()
+    assert (t.query("attack == 'AvgDist' and t == @p.attack_t")["auc"] == 1.0).all()
+    # the same scores against shuffled labels lose the signal
+    assert t.query("attack == 'ReDiffuse-shuffled'")["auc"].max() < 0.8
+
+
+def test_claim_values_pivot_matches_the_rows():
+    r = suite_results()
+    p, t = r.params, r.table
+    auc = {(a, tt, n, s): v for a, tt, n, s, v in zip(t["attack"], t["t"], t["n"], t["seed"], t["auc"])}
+    asr = {(a, tt, n, s): v for a, tt, n, s, v in zip(t["attack"], t["t"], t["n"], t["seed"], t["asr"])}
+    at, ot = p.attack_t, p.official_t
+    v = dm.claim_values(r)
+    for s in (0, 1):
+        rd10, rd1, avg10 = auc["ReDiffuse", at, 10, s], auc["ReDiffuse", at, 1, s], auc["AvgDist", at, 10, s]
+        assert v["averaging-gain"][s] == pytest.approx(rd10 - rd1)
+        assert v["averaging-gain@avg-distances"][s] == pytest.approx(avg10 - rd1)
+        assert v["rd-vs-pia@n1"][s] == pytest.approx(rd1 - auc["PIA", p.pia_t, 1, s])
+        assert v["rd-vs-secmi"][s] == pytest.approx(rd10 - auc["SecMI", p.secmi_t, 1, s])
+        assert v["rd-vs-secmi-official"][s] == pytest.approx(auc["ReDiffuse", ot, 10, s] - auc["SecMI-official", ot, 1, s])
+        assert v["outputs-vs-distances@shuffled-labels"][s] == pytest.approx(
+            auc["ReDiffuse-shuffled", at, 20, s] - auc["AvgDist-shuffled", at, 20, s])
+    assert v["averaging-gain-every"] == min(v["averaging-gain"])
+    assert v["blackbox-asr-every@n1"] == min(asr["ReDiffuse", at, 1, s] for s in (0, 1))
+    assert dm.check(r)  # every claim and control key is present
+
+
+def test_nn_scorer_split_and_separation():
+    from companion.papers.diffusion_mia import nn_scorer
+
+    tr, te = nn_scorer.train_split(50, 40, 0.2, seed=3)
+    assert len(tr) == 10 + 8 and len(te) == 40 + 32 and not set(tr) & set(te)
+    assert sorted(np.r_[tr, te]) == list(range(90))
+    assert (tr < 50).sum() == 10  # 20 % of each group, members first
+    g = torch.Generator().manual_seed(0)
+    maps = torch.randn(200, 64, generator=g)
+    null_auc = nn_scorer.nn_metrics(maps, 100, seed=0)[0]
+    maps[:100, :8] *= 3.0  # members differ in one row of pixels: a pattern a threshold on the norm barely sees
+    auc, asr, _ = nn_scorer.nn_metrics(maps, 100, seed=0)
+    assert auc > 0.9 and asr > 0.8 and abs(null_auc - 0.5) < 0.15
+    assert nn_scorer.as_images(maps).shape == (200, 1, 8, 8)
+
+
 def test_bad_parameters_are_refused():
     with pytest.raises(ParamError, match="unknown parameter 'n_member'"):
         dm.Params.resolve("quick", n_member=10)
@@ -245,16 +326,16 @@ def tiny_unet_and_cifar(tmp_path_factory):
 
 
 def test_paper_loaders(tiny_unet_and_cifar):
-    from companion.papers.diffusion_mia import paper_cifar
+    from companion.papers.diffusion_mia import paper_preset
 
     root = tiny_unet_and_cifar
-    images_ = paper_cifar.cifar_train_images(str(root / "cifar10"))
+    images_ = paper_preset.cifar_train_images(str(root / "cifar10"))
     assert images_.shape == (40, 3, 32, 32) and images_.min() >= -1 and images_.max() <= 1
-    mem, non = paper_cifar.sample_members(str(root / "cifar10"), 5, np.random.default_rng(0))
+    mem, non = paper_preset.sample_members(str(root / "cifar10"), 5, np.random.default_rng(0))
     assert mem.shape == (5, 3, 32, 32) and non.shape == (5, 3, 32, 32)
     pool_m = torch.from_numpy(images_[:20]).reshape(20, -1)
     assert all((pool_m == m.reshape(1, -1)).all(1).any() for m in mem)  # members come from mia_train_idxs
-    eps, n_params = paper_cifar.load_unet_eps(str(root / "unet"), torch.device("cpu"), batch=3)
+    eps, n_params = paper_preset.load_unet_eps(str(root / "unet"), torch.device("cpu"), batch=3)
     out = eps(mem, 10)
     assert out.shape == mem.shape and n_params > 0 and torch.isfinite(out).all()
 

@@ -16,10 +16,10 @@ import torch
 from skimage.metrics import structural_similarity
 from sklearn.metrics import roc_auc_score, roc_curve
 
+from companion.papers.diffusion_mia import DISTANCES
 from companion.papers.diffusion_mia.ddpm import Diffusion, EpsFn, check_stride, ddim_move
 
 Api = Callable[[torch.Tensor], torch.Tensor]
-DISTANCES = ("l2", "l1", "ssim")
 
 
 class CountingEps:
@@ -103,13 +103,18 @@ def attack_loss(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, dr
     return -(total / draws).numpy()
 
 
-def attack_pia(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, normalize: bool = False) -> np.ndarray:
-    """PIA (PIAN with ``normalize``): ``eps0 = eps_theta(x, 0)``, ``x_t`` built from it, ``-||eps0 - eps_theta(x_t, t)||_4^4``."""
+def pia_error(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, normalize: bool = False) -> torch.Tensor:
+    """PIA's per-pixel error ``eps0 - eps_theta(x_t, t)``, ``eps0 = eps_theta(x, 0)``, ``x_t`` built from it."""
     eps0 = eps_fn(x, 0)
     if normalize:  # PIAN: rescale so that mean |eps0| = sqrt(2/pi), as for a standard normal
         dims = tuple(range(1, eps0.ndim))
         eps0 = eps0 / eps0.abs().mean(dim=dims, keepdim=True) * math.sqrt(2.0 / math.pi)
-    err = eps0 - eps_fn(diffusion.q_sample(x, t, eps0), t)
+    return eps0 - eps_fn(diffusion.q_sample(x, t, eps0), t)
+
+
+def attack_pia(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, normalize: bool = False) -> np.ndarray:
+    """PIA (PIAN with ``normalize``): ``-||eps0 - eps_theta(x_t, t)||_4^4`` (see :func:`pia_error`)."""
+    err = pia_error(eps_fn, diffusion, x, t, normalize)
     return -err.reshape(len(x), -1).double().pow(4).sum(dim=1).numpy()
 
 
