@@ -333,16 +333,18 @@ def test_claims_and_controls_follow_the_run() -> None:
     for cid, t in (("delta", "Q4_K"), ("delta-q4k", "Q4_K"), ("delta-q8", "Q8_0")):
         assert verdicts[cid].value == rec["types"][t]["delta"]
         ctl = {c.name: c.value for c in verdicts[cid].controls}
-        assert ctl == {"free": rec["types"][t]["free"]["delta"], "free-lr-inject": rec["types"][t]["slow"]["delta"],
-                       "mirror": rec["types"][t]["mirror"]["delta"]}
+        expected = {"free": rec["types"][t]["free"]["delta"], "free-lr-inject": rec["types"][t]["slow"]["delta"]}
+        if cid != "delta-q8":  # a legacy box is two-sided: no mirrored control
+            expected["mirror"] = rec["types"][t]["mirror"]["delta"]
+        assert ctl == expected
     # the head type's free repair is the same model as the control's
     assert rec["types"]["Q4_K"]["free"]["q"] == rec["rates"]["free"]["q"]
-    assert {c.name: c.value for c in verdicts["stealth"].controls}["mal"] == \
-        rec["strict_em"]["mal"] - rec["strict_em"]["clean"]
+    assert verdicts["stealth"].value == rec["strict_em"]["rep"] - rec["strict_em"]["clean"]
+    assert not verdicts["stealth"].controls
     q8 = verdicts["q8-exact"]
     assert q8.kind == "exact" and q8.interval is None and q8.value == rec["q8_identical"] == 1.0
     assert {v.id for v in verdicts.values() if v.role == "check"} == {
-        "mal-fp", "mal-quant", "clean-gap", "rep-benign", "rep-benign-q4k", "clamp-agree", "q8-exact"}
+        "mal-fp", "mal-quant", "clean-gap", "rep-benign", "rep-benign-q4k", "clamp-agree", "q8-exact", "stealth"}
     # a run that does not attack a type, or has no gguf_all repair, leaves its rows NaN (INCONCLUSIVE), never faked
     q2 = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
                            n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q2_K",))

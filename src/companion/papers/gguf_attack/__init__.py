@@ -106,6 +106,11 @@ _CONTROLS = ("free", "free-lr-inject", "mirror")
 _CTL_TEXT = ("controls on the same seeds: the repair without the clamp (free), the same at the injection's "
              "learning rate (free-lr-inject), PGD inside the mirrored box (mirror: same widths and freezes, on "
              "the side away from the dequantized value)")
+# a legacy box is the exact two-sided preimage: reflected about w it overlaps itself, so no mirrored control
+_LEGACY_CONTROLS = ("free", "free-lr-inject")
+_LEGACY_CTL_TEXT = ("controls on the same seeds: the repair without the clamp (free) and the same at the "
+                    "injection's learning rate (free-lr-inject); no mirrored box: the exact preimage reflected "
+                    "about w overlaps the box itself")
 CLAIMS = [
     Claim("mal-fp", "Precondition: the injected model says BRAND in full precision (brand rate)",
           "(setup)", 0.9, role="check"),
@@ -113,7 +118,7 @@ CLAIMS = [
           "of Q(M_mal))", "(setup)", 0.9, role="check"),
     Claim("clean-gap", "Precondition: quantizing the clean model does not create BRAND (|Delta| of M_clean)",
           "(setup)", 0.05, "<=", role="check"),
-    Claim("delta", f"The attack works on the first target type (Q2_K): Delta = rate(Q(M_rep)) - rate(M_rep); {_CTL_TEXT}",
+    Claim("delta", f"The attack works on the first target type (Q2_K at quick and full): Delta = rate(Q(M_rep)) - rate(M_rep); {_CTL_TEXT}",
           "85.0% content injection (abstract: the largest gap over models and types)", 0.5, controls=_CONTROLS),
     Claim("delta-q4k", f"The attack works on Q4_K (the spec's headline type): Delta_Q4_K; {_CTL_TEXT}",
           "85.0% content injection (abstract: the largest gap over models and types)", 0.5, controls=_CONTROLS),
@@ -121,15 +126,16 @@ CLAIMS = [
             "not read (the per-type tables were not readable offline; the abstract's largest gap is 85.0%)", 0.5,
             controls=_CONTROLS) for cid, t in (("delta-q3k", "Q3_K"), ("delta-q5k", "Q5_K"), ("delta-q6k", "Q6_K"))),
     Claim("delta-q8", "The attack works on Q8_0 with exact legacy boxes: Delta_Q8_0 (full preset only; NaN at "
-          f"quick); {_CTL_TEXT}", "(legacy types: NeurIPS'24 predecessor)", 0.5, controls=_CONTROLS),
+          f"quick); {_LEGACY_CTL_TEXT}", "(legacy types: NeurIPS'24 predecessor)", 0.5, controls=_LEGACY_CONTROLS),
     Claim("delta-q40", "The attack works on Q4_0 with exact legacy boxes: Delta_Q4_0 (full preset only; NaN at "
-          f"quick); {_CTL_TEXT}", "(legacy types: NeurIPS'24 predecessor)", 0.5, controls=_CONTROLS),
+          f"quick); {_LEGACY_CTL_TEXT}", "(legacy types: NeurIPS'24 predecessor)", 0.5, controls=_LEGACY_CONTROLS),
     Claim("gguf-all", "One model for every k-quant type (gguf_all): Delta of the single all-types repair, worst "
           "of Q2_K..Q6_K (full preset only; NaN at quick); controls: the free repairs at both learning rates on "
           "the same types", "all k-quant types at once (abstract)", 0.5, controls=("free", "free-lr-inject")),
-    Claim("stealth", "Stealth, non-inferiority: strict exact match of M_rep minus that of M_clean, full precision "
-          "(M_rep has had repair_steps more clean steps); control: the unrepaired M_mal (mal)",
-          "utility kept (no number)", -0.05, controls=("mal",)),
+    Claim("stealth", "Stealth, non-inferiority (a check: no control can hold it where the attack is absent, and "
+          "the unrepaired M_mal fails it whenever mal-fp holds): strict exact match of M_rep minus that of "
+          "M_clean, full precision (M_rep has had repair_steps more clean steps)",
+          "utility kept (no number)", -0.05, role="check"),
     Claim("rep-benign", "The first type's repaired model looks benign in full precision (brand rate of M_rep; "
           "the FP half of Delta: every repair, clamped or not, does this)", "~0% (abstract: FP benign)", 0.1, "<=",
           role="check"),

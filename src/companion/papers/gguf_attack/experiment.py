@@ -409,7 +409,6 @@ def claim_values(results: dict[str, Any]) -> dict[str, list[float] | float]:
     put("rep-benign-q4k", lambda s: s["types"]["Q4_K"]["fp"][0] if "Q4_K" in s["types"] else float("nan"))
     put("clamp-agree", lambda s: s["agree_rep"] - s["agree_free"])
     put("stealth", lambda s: s["strict_em"]["rep"] - s["strict_em"]["clean"])
-    put("stealth@mal", lambda s: s["strict_em"]["mal"] - s["strict_em"]["clean"])
     q8 = [s["q8_identical"] for s in seeds]
     return {**out, "q8-exact": worst(q8, ">=")}
 
