@@ -181,6 +181,16 @@ def test_mia_metrics_against_sklearn_and_edge_cases():
     assert atk.mia_metrics(members, two_fp)[2] == 0.0
 
 
+def test_asr_is_exact_at_a_bar():
+    """13 of 20 members and 13 of 20 non-members on the right side is balanced accuracy 0.65 exactly, which the
+    rate formula 1 - (fpr + 1 - tpr) / 2 puts a hair below (0.6499999999999999) and a >= 0.65 bar would fail."""
+    members = np.r_[np.ones(13), np.zeros(7)]
+    non_members = np.r_[np.ones(7), np.zeros(13)]
+    assert atk.mia_metrics(members, non_members)[1] == 0.65
+    brute = max((np.sum(members >= c) / 20 + np.sum(non_members < c) / 20) / 2 for c in (0.0, 1.0, 2.0))
+    assert brute == pytest.approx(0.65, abs=1e-12)
+
+
 def test_split_and_training_are_seeded():
     m1, n1, i1 = dm.digits_split(100, np.random.default_rng(3))
     m2, n2, i2 = dm.digits_split(100, np.random.default_rng(3))

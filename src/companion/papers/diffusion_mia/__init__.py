@@ -35,7 +35,9 @@ N_DIGITS = 1797
 PAPER_PRESET = ("NOT the paper's checkpoint: the attacks, the threshold scorer and the digits-calibrated bars run on "
                 "a local diffusers UNet2DModel (model_path) that the user trained on the members of the official "
                 "CIFAR-10 half split (data_path); the official pytorch-ddpm checkpoints are not in that format and "
-                "no converter is provided; t = 200, k = 100, n = 10; needs a GPU; smoke=true runs it on 8 + 8 images")
+                "no converter is provided; t = 200, k = 100, n = 10; every attack is also scored by the small-CNN NN scorer (not the official "
+                "ResNet-18); its seeds reuse the one checkpoint (only the sampled images and the noise vary); needs a "
+                "GPU; smoke=true runs it on 8 + 8 images")
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class Params(BaseParams):
 
 PAPER = ("ReDiffuse beats Loss, SecMI and PIA in AUC, ASR and TPR@1%FPR on DDIM (CIFAR-10/100, STL-10, "
          "Tiny-ImageNet), SD and DiT (arXiv v5 tables; their numbers could not be retrieved here, not transcribed)")
+BLACKBOX = ("a membership signal survives when the attacker sees only the generation API, no weights and no "
+            "noise predictions (the paper's black-box setting, Sec. 3; no number retrieved here)")
 AVERAGING = "averaging the outputs is what makes the signal (Sec. 4, Algorithm 1; no number)"
 # controls: "n1" is ReDiffuse without its averaging (one query); "avg-distances" makes the same 10 queries
 # and averages their distances instead of the outputs (same query count, the paper's mechanism removed)
@@ -134,14 +138,19 @@ CLAIMS = [
           "control: AvgDist n = 10 in its place", AVERAGING, 0.0, ">=", kind="exact",
           controls=("avg-distances",)),
     Claim("blackbox-auc", "ReDiffuse (n = 10) AUC >= 0.70 (mean over seeds); controls: one query (n = 1), "
-          "AvgDist n = 10", PAPER, 0.70, ">=", controls=("n1", "avg-distances")),
+          "AvgDist n = 10", BLACKBOX, 0.70, ">=", controls=("n1", "avg-distances")),
     Claim("blackbox-auc-every", "ReDiffuse (n = 10) AUC >= 0.70 in every seed (the worst seed); controls as "
-          "blackbox-auc", PAPER, 0.70, ">=", kind="exact", controls=("n1", "avg-distances")),
+          "blackbox-auc", BLACKBOX, 0.70, ">=", kind="exact", controls=("n1", "avg-distances")),
+    Claim("blackbox-asr", "ReDiffuse (n = 10) ASR >= 0.65 (mean over seeds); controls as blackbox-auc", BLACKBOX,
+          0.65, ">=", controls=("n1", "avg-distances")),
     Claim("blackbox-asr-every", "ReDiffuse (n = 10) ASR >= 0.65 in every seed (the worst seed); controls as "
-          "blackbox-auc", PAPER, 0.65, ">=", kind="exact", controls=("n1", "avg-distances")),
+          "blackbox-auc", BLACKBOX, 0.65, ">=", kind="exact", controls=("n1", "avg-distances")),
     Claim("rd-vs-loss", "AUC(ReDiffuse, n = 10) - AUC(Loss, t = 200, one draw, white-box) >= 0.05 (mean over "
           "seeds); controls: n = 1 and AvgDist n = 10 in ReDiffuse's place", PAPER, 0.05, ">=",
           controls=("n1", "avg-distances")),
+    Claim("rd-vs-loss-avg", "AUC(ReDiffuse, n = 10) - AUC(Loss-avg, ten draws averaged, white-box) >= 0.05 (mean "
+          "over seeds): against the Loss baseline at ReDiffuse's query count; controls: n = 1 and AvgDist n = 10 in "
+          "ReDiffuse's place", PAPER, 0.05, ">=", controls=("n1", "avg-distances")),
     Claim("rd-vs-pia", "non-inferiority, not 'beats': AUC(ReDiffuse, n = 10) - AUC(PIA, t = 200, white-box) "
           ">= -0.03 (mean over seeds); controls: n = 1 and AvgDist n = 10 in ReDiffuse's place",
           PAPER + "; the paper claims ReDiffuse > PIA, the bar here is the spec's non-inferiority margin", -0.03,

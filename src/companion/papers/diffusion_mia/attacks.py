@@ -142,6 +142,9 @@ def mia_metrics(scores_mem: np.ndarray, scores_non: np.ndarray) -> tuple[float, 
     y = np.r_[np.ones(len(scores_mem)), np.zeros(len(scores_non))]
     s = np.r_[scores_mem, scores_non]
     fpr, tpr, _ = roc_curve(y, s)
-    asr = float(np.max(1.0 - (fpr + 1.0 - tpr) / 2.0))
+    n_pos, n_neg = len(scores_mem), len(scores_non)
+    # from integer counts: the rate formula lands a hair below a bar (0.65 -> 0.6499999999999999)
+    hits = np.rint(tpr * n_pos) * n_neg + np.rint((1.0 - fpr) * n_neg) * n_pos
+    asr = float(hits.max() / (2 * n_pos * n_neg))
     tpr1 = float(tpr[fpr <= 0.01].max())
     return float(roc_auc_score(y, s)), asr, tpr1
