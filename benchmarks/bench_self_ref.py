@@ -4,7 +4,9 @@ MSP needs one forward pass over the prompt (the answer token and its probability
 pass plus one cached step on the answer to read the ``<CN>``/``<UN>`` logits. Both run on the quick
 preset's tiny GPT-2 (2 layers, 64-d, 21 tokens) over the same 64 test prompts, interleaved
 (``companion.bench.compare``), CPU time; the spec expects a ratio in [1.0, 2.2] for single-token answers.
-Also checks that the cached step gives the same score as a full forward pass. Writes data/bench/self-ref.json.
+Also checks that the cached step gives the same score as a full forward pass; the two confidence rows get
+random embeddings first, since the fresh mean-initialised rows score exactly 1/2 on any path and could not
+show a wrong cache. Writes data/bench/self-ref.json.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def main(n_queries: int = 64, rounds: int = 7) -> None:
     vc = v.with_tokens(qa_data.CONFIDENCE)
     model = lm.build(len(v), 2, 64, seed=0)
     add_confidence_tokens(model, len(v), len(vc))
+    with torch.no_grad():  # distinct <CN>/<UN> rows (tied input and output), so scores differ across prompts
+        model.get_input_embeddings().weight[len(v):] = torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
     model.eval()
     mx = qa_data.make_mixture(qa_data.OPS, 0.5, np.random.default_rng(0))
     prompts = torch.as_tensor(mx.T.prompts(vc)[:n_queries])
@@ -32,6 +36,7 @@ def main(n_queries: int = 64, rounds: int = 7) -> None:
     answers = np.array([lm.selfref_query(model, p, cn, un)[0] for p in prompts])
     full = lm.selfref_score(model, prompts.numpy(), answers, cn, un)
     err = float(np.abs(cached - full).max())
+    assert np.std(full) > 1e-3, "the scores do not vary, so the cached-vs-full comparison could not fail"
     out = bench.compare({"Self-REF": lambda: [lm.selfref_query(model, p, cn, un) for p in prompts],
                          "MSP": lambda: [lm.msp_query(model, p) for p in prompts]},
                         "MSP", rounds=rounds, warmup=1, clock="cpu")

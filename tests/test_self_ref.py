@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,9 +131,17 @@ def test_auroc_and_ece_match_references():
                  (rng.integers(0, 3, 200).astype(float), rng.random(200) < 0.6),
                  (np.r_[np.ones(50), np.zeros(50)], np.r_[np.ones(30, bool), np.zeros(70, bool)])]:
         assert routing.auroc(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
-        order = np.argsort(s, kind="stable")
-        brute = sum(len(b) * abs(s[b].mean() - y[b].mean()) for b in np.array_split(order, 15)) / len(s)
-        assert routing.ece(s, y) == pytest.approx(brute, abs=1e-12)
+    # ECE against a reference that bins differently: with n = 15 k distinct scores, the 15 equal-mass bins are
+    # the rows of the sorted arrays reshaped to (15, k)
+    for k in (1, 4, 13):
+        s, y = rng.permutation(15 * k) / (15 * k), rng.random(15 * k) < 0.5
+        o = np.argsort(s)
+        ref = np.abs(s[o].reshape(15, k).mean(1) - y[o].reshape(15, k).mean(1)).mean()
+        assert routing.ece(s, y) == pytest.approx(ref, abs=1e-12)
+    # tied scores are binned by index (stable sort): bins of 2, the first 12 all right, the last 3 all wrong
+    tied = routing.ece(np.full(30, 0.8), np.r_[np.ones(24, bool), np.zeros(6, bool)])
+    assert tied == pytest.approx((24 * 0.2 + 6 * 0.8) / 30)
+    assert routing.ece(np.ones(30), np.zeros(30, bool)) == pytest.approx(1.0)
     assert np.isnan(routing.auroc(np.ones(3), np.ones(3, bool)))
 
 
@@ -173,20 +182,50 @@ def test_tiny_run_is_deterministic_and_checks():
     ca, cb = a.seeds[0].conditions["plain"], b.seeds[0].conditions["plain"]
     np.testing.assert_array_equal(ca.conf, cb.conf)
     np.testing.assert_array_equal(ca.msp, cb.msp)
-    ids = [v.id for v in sr.check(a)]
-    assert ids == [c.id for c in sr.CLAIMS]
+    verdicts = sr.check(a)
+    assert [v.id for v in verdicts] == [c.id for c in sr.CLAIMS]
+    for v, c in zip(verdicts, sr.CLAIMS):  # every finding's controls measured in the same run
+        assert [x.name for x in v.controls] == list(c.controls) and (c.role == "finding") == bool(c.controls)
     json.dumps(sr.metrics(a))
 
 
-def test_sft_baseline_runs_only_for_the_sharpened_condition():
-    p = sr.Params.resolve(seeds=1, base_steps=100, sharpen_steps=50, selfref_steps=50, batch_size=16)
-    res = sr.run(p)
+@pytest.fixture(scope="module")
+def two_seeds():
+    """A tiny sharpened run of two seeds, in process (no worker pool to start)."""
+    from companion.papers.self_ref.pipeline import run_seed
+
+    p = sr.Params.resolve(seeds=2, base_steps=100, sharpen_steps=50, selfref_steps=50, batch_size=16)
+    return sr.Results(p, [run_seed(p.to_dict(), s) for s in p.seed_list()], np.asarray(p.routing_rates), "tiny", 0.0)
+
+
+def test_controls_put_their_scorer_in_self_refs_place(two_seeds):
+    res = two_seeds
+    vals, m = sr.claim_values(res), sr.measures(res, "sharp")
+    np.testing.assert_allclose(vals["route-vs-msp@msp-sft"], m["acc_at_r_sft"] - m["acc_at_r_msp"])
+    np.testing.assert_allclose(vals["auroc-selfref@op-only"], m["auroc_oponly"])
+    np.testing.assert_allclose(vals["route-auc-vs-random@msp-sft"], m["auc_sft"] - m["auc_random_sft"])
+    assert vals["route-vs-msp-every-seed"] == min(vals["route-vs-msp"])
+    # the op-only score is constant within an operation: its within-op AUROC is 1/2 wherever both classes occur
+    o = res.seeds[0]
+    assert all(len(np.unique(o.conditions["sharp"].op_only[o.op == k])) == 1 for k in np.unique(o.op))
+    assert m["within_op_auroc_oponly"].tolist() == [0.5, 0.5]
+
+
+def test_op_only_score_is_the_per_op_accuracy_on_s():
+    from companion.papers.self_ref.pipeline import op_only_score
+
+    op_s, ok_s = np.array([0, 0, 0, 1, 1, 2]), np.array([1, 1, 0, 0, 0, 1], bool)
+    np.testing.assert_allclose(op_only_score(op_s, ok_s, np.array([2, 1, 0, 3])), [1.0, 0.0, 2 / 3, np.nan])
+
+
+def test_sft_baseline_runs_only_for_the_sharpened_condition(two_seeds):
+    res = two_seeds
     plain, sharp = res.seeds[0].conditions["plain"], res.seeds[0].conditions["sharp"]
     assert plain.ok_sft is None and sharp.ok_sft is not None
     assert "MSP (SFT)" not in sr.curves(res.seeds[0], "plain", res.rates)
     table = sr.summary_table(res)
     assert np.isnan(table.loc["AUROC MSP (SFT)", "no sharpening"])
-    assert table.loc["AUROC MSP (SFT)", "sharpened base"] == round(sr.measures(res, "sharp")["auroc_sft"].iloc[0], 3)
+    assert table.loc["AUROC MSP (SFT)", "sharpened base"] == round(sr.measures(res, "sharp")["auroc_sft"].mean(), 3)
     sr.plot_routing(res)
 
 
@@ -216,17 +255,68 @@ def tiny_llama_and_jsonl(tmp_path_factory):
 
 def test_paper_loader_adds_tokens_once(tiny_llama_and_jsonl):
     from companion.models import causal_lm
-    from companion.papers.self_ref import paper_llm
+    from companion.papers.self_ref import paper_preset
 
     llm, data, _ = tiny_llama_and_jsonl
     model, tok = causal_lm.load(llm, torch.device("cpu"))
     n = len(tok)
     head = model.get_output_embeddings().weight.detach().clone()
-    cn, un = paper_llm.add_tokens(model, tok)
-    assert paper_llm.add_tokens(model, tok) == (cn, un) and len(tok) == n + 2
+    cn, un = paper_preset.add_tokens(model, tok)
+    assert paper_preset.add_tokens(model, tok) == (cn, un) and len(tok) == n + 2
     torch.testing.assert_close(model.get_output_embeddings().weight[cn].detach(), head.mean(0))
-    rows = paper_llm.read_jsonl(paper_llm.dataset_files(data)[0])
-    assert [len(rows[s]) for s in paper_llm.SPLITS] == [20, 6, 10, 4]
+    rows = paper_preset.read_jsonl(paper_preset.dataset_files(data)[0])
+    assert [len(rows[s]) for s in paper_preset.SPLITS] == [20, 6, 10, 4]
+
+
+class _EmitsConfidence(torch.nn.Module):
+    """A stub causal LM whose next token depends on the last one: after "A:" it answers "7", then <CN>, then EOS."""
+
+    def __init__(self, vocab: int, table: dict[int, dict[int, float]]):
+        super().__init__()
+        self.logits = torch.full((vocab, vocab), -10.0)
+        for last, nxt in table.items():
+            for tok_id, z in nxt.items():
+                self.logits[last, tok_id] = z
+        self.device = torch.device("cpu")
+
+    def forward(self, input_ids, cache=None, use_cache=False, **_):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.logits[input_ids], cache=None)
+
+
+def test_paper_answers_stop_before_the_confidence_token_and_score_reads_its_position(tiny_llama_and_jsonl):
+    from transformers import AutoTokenizer
+
+    from companion.papers.self_ref import paper_preset
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_and_jsonl[0])
+    tok.add_special_tokens({"additional_special_tokens": ["<CN>", "<UN>"]})
+    cn, un, eos, seven, a = (tok.convert_tokens_to_ids(t) for t in ("<CN>", "<UN>", "</s>", "7", "A:"))
+    # a trained Self-REF model: answer, then the confidence token (CN over UN by 3 logits), then EOS
+    stub = _EmitsConfidence(len(tok), {a: {seven: 5.0}, seven: {cn: 4.0, un: 1.0}, cn: {eos: 5.0, un: 4.0}})
+    prompt = "Q: what is 3 plus 4 A:"
+    answers, _ = paper_preset.greedy(stub, tok, [prompt], 5, stop=(cn, un))
+    assert answers == [[seven]] and paper_preset.decode(tok, answers[0]) == "7"
+    conf = paper_preset.selfref_scores(stub, tok, [prompt], answers, cn, un)
+    assert conf[0] == pytest.approx(1 / (1 + np.exp(-3.0)))  # read where <CN>/<UN> is predicted, not after it
+    # without the stop ids the answer carries <CN>; decoding still skips it, so "7<CN>" never reaches the grader
+    raw, _ = paper_preset.greedy(stub, tok, [prompt], 5)
+    assert raw == [[seven, cn]] and paper_preset.decode(tok, raw[0]) == "7"
+
+
+def test_paper_preset_pools_datasets_within_a_seed(tiny_llama_and_jsonl):
+    llm, data, root = tiny_llama_and_jsonl
+    two = root / "two"
+    two.mkdir(exist_ok=True)
+    text = (Path(data) / "toyqa.jsonl").read_text()
+    for name in ("alpha", "beta"):
+        (two / f"{name}.jsonl").write_text(text)
+    res = sr.run(sr.Params.resolve("paper", model_path=llm, data_path=str(two), smoke=True, device="cpu"))
+    assert [o.seed for o in res.seeds] == [0] and res.op_names == ("alpha", "beta")
+    o = res.seeds[0]
+    assert sorted(np.unique(o.op)) == [0, 1] and len(o.op) == 16  # 8 test items of each dataset, one seed
+    assert list(sr.per_op_table(res).index) == ["alpha", "beta"]
 
 
 @pytest.mark.slow
@@ -235,3 +325,20 @@ def test_paper_preset_smoke_via_cli(tiny_llama_and_jsonl):
     out = root / "run"
     record = run_paper_smoke("self-ref", out, model_path=llm, data_path=data)
     assert record["status"] == "ok" and "local LLM" in record["metrics"]["source"]
+
+
+def test_cached_confidence_step_equals_the_full_pass_on_distinct_confidence_rows():
+    v = qa_data.base_vocab()
+    vc = v.with_tokens(qa_data.CONFIDENCE)
+    model = lm.build(len(v), 2, 64, seed=0)
+    confidence.add_confidence_tokens(model, len(v), len(vc))
+    with torch.no_grad():  # fresh mean rows score 1/2 on every path; random rows make a wrong cache visible
+        model.get_input_embeddings().weight[len(v):] = torch.randn(2, 64, generator=torch.Generator().manual_seed(1))
+    model.eval()
+    prompts = torch.as_tensor(qa_data.make_mixture(qa_data.OPS, 0.5, np.random.default_rng(0)).T.prompts(vc)[:16])
+    cn, un = vc.id("<CN>"), vc.id("<UN>")
+    cached = [lm.selfref_query(model, p, cn, un) for p in prompts]
+    full = lm.selfref_score(model, prompts.numpy(), np.array([a for a, _ in cached]), cn, un)
+    assert np.std(full) > 1e-3
+    np.testing.assert_allclose([c for _, c in cached], full, atol=1e-5)
+    assert [a for a, _ in cached] == [lm.msp_query(model, p)[0] for p in prompts]

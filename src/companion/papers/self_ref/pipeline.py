@@ -27,9 +27,9 @@ class Condition:
     conf_val: np.ndarray  # Self-REF confidence on the validation split
     conf_unans: np.ndarray  # Self-REF confidence on the unanswerable prompts
     msp_unans: np.ndarray  # base MSP on the unanswerable prompts
+    op_only: np.ndarray  # operation-only score: the base model's accuracy on S in the item's operation
     un_share: float  # UN share of the augmented data after subsampling
     n_aug: int  # size of the augmented data
-    base_s_acc: float  # base accuracy on S (share of CN before subsampling)
     ok_unmasked: np.ndarray | None = None  # ablation: Self-REF trained without masking the wrong answers
     conf_unmasked: np.ndarray | None = None
 
@@ -44,7 +44,6 @@ class SeedOut:
     strong_ok: np.ndarray
     conditions: dict[str, Condition] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
-    steps: dict[str, int] = field(default_factory=dict)
     strong_loss: float = float("nan")  # trained strong model: mean training loss of its last 100 steps
 
 
@@ -91,7 +90,6 @@ def run_seed(p: dict[str, Any], seed: int) -> SeedOut:
     base = lm.build(len(v), p["n_layer"], p["n_embd"], seed)
     seq, lab = gold_sequences(mx.P, v)
     timed(secs, "base", lm.train, base, seq, lab, p["base_steps"], p["lr_base"], p["batch_size"], gen)
-    out.steps = {"base": p["base_steps"], "selfref": p["selfref_steps"]}
     if p["strong_model"] == "simulated":
         out.strong_ok = rng.random(len(T)) < p["strong_acc"]
     else:
@@ -116,6 +114,12 @@ def run_seed(p: dict[str, Any], seed: int) -> SeedOut:
         out.conditions[name] = _condition(p, model, mx, v, vc, rng, gen, secs, main=name == main,
                                           ablation=p["mask_ablation"] and name == main)
     return out
+
+
+def op_only_score(op_s: np.ndarray, ok_s: np.ndarray, op_t: np.ndarray) -> np.ndarray:
+    """Each test item's score: the share of right answers on S in its operation (what the op alone tells)."""
+    acc = {o: float(ok_s[op_s == o].mean()) for o in np.unique(op_s)}
+    return np.array([acc.get(o, float("nan")) for o in op_t])
 
 
 def _all_facts(mx: qa_data.Mixture) -> Split:
@@ -162,7 +166,8 @@ def _condition(p: dict[str, Any], model: torch.nn.Module, mx: qa_data.Mixture, v
         ids_sft, msp_sft = lm.greedy_answer(sft, pt)
         ok_sft = extract(ids_sft) == T.gold
     cond = Condition(extract(ids_b) == T.gold, msp, extract(ids_sr) == T.gold, conf, ok_sft, msp_sft, conf_val,
-                     conf_unans, lm.greedy_answer(model, pu)[1], share, n_aug, float(np.mean(pred_s == S.gold)))
+                     conf_unans, lm.greedy_answer(model, pu)[1], op_only_score(S.op, pred_s == S.gold, T.op),
+                     share, n_aug)
     if ablation:
         un_m, _, _ = _selfref(p, model, S, pred_s, v, vc, rng, gen, secs, False)
         ids_u, conf_u = score(un_m, pt)

@@ -8,7 +8,12 @@ answered it correctly; without it the strong model is simulated with ``strong_ac
 run greedily on the train split (Algorithm 1), and is fine-tuned with LoRA on every linear layer plus
 the two new token rows, with the same masking as the toy; plain SFT on gold answers (also LoRA) is
 the SFT-then-MSP baseline. Answers are compared after stripping and lower-casing the first line.
-Verbalised confidence and P(True) are not implemented.
+The Self-REF model's answer ends where it emits ``<CN>``, ``<UN>`` or EOS: the confidence token is not
+part of the answer, special tokens are skipped when decoding, and the confidence is read at the
+position that predicts the confidence token. The datasets of one seed are pooled into that seed's test
+set (the item groups of the per-op table and of the within-group AUROC are the datasets); seeds are
+seeds. The operation-only control here is a dataset-only score (the base model's train accuracy on the
+dataset). Verbalised confidence and P(True) are not implemented.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from tqdm import tqdm
 from companion import runtime
 from companion.params import resolve_path
 from companion.papers.self_ref.confidence import IGNORE, add_confidence_tokens, algorithm1, confidence_score
-from companion.papers.self_ref.pipeline import Condition, SeedOut
+from companion.papers.self_ref.pipeline import Condition, SeedOut, op_only_score
 
 SPLITS = ("train", "val", "test", "unanswerable")
 
@@ -65,11 +70,17 @@ def add_tokens(model, tok) -> tuple[int, int]:
     return tok.convert_tokens_to_ids("<CN>"), tok.convert_tokens_to_ids("<UN>")
 
 
+def decode(tok, ids: list[int]) -> str:
+    """The normalised answer text of token ids, special tokens (``<CN>``, ``<UN>``, EOS) skipped."""
+    return normalise(tok.decode(ids, skip_special_tokens=True))
+
+
 @torch.no_grad()
-def greedy(model, tok, prompts: list[str], max_new: int) -> tuple[list[list[int]], np.ndarray]:
-    """Greedy answer token ids (up to EOS or ``max_new``) and the product of their probabilities (MSP)."""
+def greedy(model, tok, prompts: list[str], max_new: int, stop: tuple[int, ...] = ()) -> tuple[list[list[int]], np.ndarray]:
+    """Greedy answer token ids (up to EOS, a ``stop`` id such as a confidence token, or ``max_new``; the stopping
+    token is not part of the answer) and the product of their probabilities (MSP)."""
     device = model.device
-    eos = tok.eos_token_id
+    ends = {tok.eos_token_id, *stop}
     answers, probs = [], []
     for prompt in prompts:
         ids = torch.tensor([tok(prompt)["input_ids"]], device=device)
@@ -80,7 +91,7 @@ def greedy(model, tok, prompts: list[str], max_new: int) -> tuple[list[list[int]
             past = res.cache
             lp = res.logits[0, -1].float().log_softmax(-1)
             nxt = int(lp.argmax())
-            if nxt == eos:
+            if nxt in ends:
                 break
             out.append(nxt)
             logp += float(lp[nxt])
@@ -152,64 +163,75 @@ def selfref_scores(model, tok, prompts: list[str], answers: list[list[int]], cn:
     return np.asarray(out)
 
 
-def run_paper(params):
-    """Every dataset file: Algorithm 1 on train, LoRA Self-REF and SFT, scores on val/test/unanswerable."""
+def _dataset(params, path: Path, s: int, device, n_train: int, n_eval: int, max_new: int, steps: int) -> dict:
+    """One dataset file at seed ``s``: Algorithm 1 on train, LoRA Self-REF and SFT, every score on val/test/unanswerable."""
     from companion.models import causal_lm
-    from companion.papers import self_ref
+
+    rows = read_jsonl(path)
+    tr, va, te, un = rows["train"][:n_train], rows["val"][:n_eval], rows["test"][:n_eval], rows["unanswerable"][:n_eval]
+    if not tr or not te:
+        raise ValueError(f"{path.name}: needs train and test rows")
+    rng, gen = np.random.default_rng([s, 3]), torch.Generator().manual_seed(s)
+    base, tok = causal_lm.load(str(resolve_path(params.model_path)), device)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    prompts = lambda rs: [r["prompt"] for r in rs]  # noqa: E731
+    right = lambda ans, rs: np.array([decode(tok, a) for a in ans]) == np.array([normalise(r["answer"]) for r in rs])  # noqa: E731
+    pred_tr, _ = greedy(base, tok, prompts(tr), max_new)
+    ok_tr = right(pred_tr, tr)
+    aug = algorithm1(ok_tr.astype(int), np.ones(len(tr), int), params.un_ratio, rng)
+    ans_te, msp = greedy(base, tok, prompts(te), max_new)
+    msp_un = greedy(base, tok, prompts(un), max_new)[1] if un else np.zeros(0)
+    # plain SFT on gold answers (LoRA), then its MSP
+    sft = lora(copy.deepcopy(base), params.lora_rank, [])
+    gold_ids = [tok(" " + r["answer"], add_special_tokens=False)["input_ids"] for r in tr]
+    finetune(sft, *encode(tok, prompts(tr), gold_ids, None, None), steps, params.lr_ft, params.batch_size, gen)
+    ans_sft, msp_sft = greedy(sft, tok, prompts(te), max_new)
+    # Self-REF: the model's own answers followed by <CN>/<UN>; at test time the answer stops at either token
+    cn, unk = add_tokens(base, tok)
+    sr = lora(base, params.lora_rank, [cn, unk])
+    conf_tok = [cn if c else unk for c in aug.confident]
+    enc = encode(tok, [tr[i]["prompt"] for i in aug.index], [pred_tr[i] for i in aug.index], conf_tok,
+                 ~aug.confident if params.mask_wrong_answers else None)
+    finetune(sr, *enc, steps, params.lr_ft, params.batch_size, gen)
+
+    def scored(rs: list[dict]) -> tuple[list[list[int]], np.ndarray]:
+        ans = greedy(sr, tok, prompts(rs), max_new, stop=(cn, unk))[0] if rs else []
+        return ans, selfref_scores(sr, tok, prompts(rs), ans, cn, unk) if rs else np.zeros(0)
+
+    ans_sr, conf = scored(te)
+    conf_val, conf_un = scored(va)[1], scored(un)[1]
+    strong = np.array([bool(r["strong_correct"]) if "strong_correct" in r else rng.random() < params.strong_acc
+                       for r in te])
+    return {"ok_base": right(ans_te, te), "msp": msp, "ok_sr": right(ans_sr, te), "conf": conf,
+            "ok_sft": right(ans_sft, te), "msp_sft": msp_sft, "conf_val": conf_val if len(conf_val) else conf,
+            "conf_unans": conf_un, "msp_unans": msp_un, "ok_train": ok_tr, "n_aug": len(aug.index),
+            "n_un": int((~aug.confident).sum()), "strong": strong, "n_params": sum(p.numel() for p in base.parameters())}
+
+
+def run_paper(params):
+    """Every seed: every dataset file run (:func:`_dataset`), pooled into the seed's test set (datasets are groups)."""
+    from companion.papers.self_ref.experiment import Results
 
     start = time.perf_counter()
     device = runtime.resolve_device(params.device)
     n_train, n_eval, max_new = (16, 8, 3) if params.smoke else (10**9, 10**9, 16)
     steps = min(params.selfref_steps, 5) if params.smoke else params.selfref_steps
-    outs = []
     files = dataset_files(params.data_path)
-    for f_i, path in enumerate(tqdm(files, desc="datasets", disable=None, leave=False)):
-        rows = read_jsonl(path)
-        tr, va, te, un = rows["train"][:n_train], rows["val"][:n_eval], rows["test"][:n_eval], rows["unanswerable"][:n_eval]
-        if not tr or not te:
-            raise ValueError(f"{path.name}: needs train and test rows")
-        for s in params.seed_list():
-            rng, gen = np.random.default_rng([s, 3]), torch.Generator().manual_seed(s)
-            base, tok = causal_lm.load(str(resolve_path(params.model_path)), device)
-            if tok.pad_token_id is None:
-                tok.pad_token = tok.eos_token
-            gold = lambda rs: [normalise(r["answer"]) for r in rs]  # noqa: E731
-            pred_tr, _ = greedy(base, tok, [r["prompt"] for r in tr], max_new)
-            ok_tr = np.array([normalise(tok.decode(a)) for a in pred_tr]) == np.array(gold(tr))
-            aug = algorithm1(ok_tr.astype(int), np.ones(len(tr), int), params.un_ratio, rng)
-            ans_te, msp = greedy(base, tok, [r["prompt"] for r in te], max_new)
-            ok_base = np.array([normalise(tok.decode(a)) for a in ans_te]) == np.array(gold(te))
-            msp_un = greedy(base, tok, [r["prompt"] for r in un], max_new)[1] if un else np.zeros(0)
-            # plain SFT on gold answers (LoRA), then its MSP
-            sft = lora(copy.deepcopy(base), params.lora_rank, [])
-            gold_ids = [tok(" " + r["answer"], add_special_tokens=False)["input_ids"] for r in tr]
-            finetune(sft, *encode(tok, [r["prompt"] for r in tr], gold_ids, None, None), steps, params.lr_ft,
-                     params.batch_size, gen)
-            ans_sft, msp_sft = greedy(sft, tok, [r["prompt"] for r in te], max_new)
-            ok_sft = np.array([normalise(tok.decode(a)) for a in ans_sft]) == np.array(gold(te))
-            # Self-REF
-            cn, unk = add_tokens(base, tok)
-            sr = lora(base, params.lora_rank, [cn, unk])
-            keep = aug.index
-            conf_tok = [cn if c else unk for c in aug.confident]
-            enc = encode(tok, [tr[i]["prompt"] for i in keep], [pred_tr[i] for i in keep], conf_tok,
-                         ~aug.confident if params.mask_wrong_answers else None)
-            finetune(sr, *enc, steps, params.lr_ft, params.batch_size, gen)
-            ans_sr, _ = greedy(sr, tok, [r["prompt"] for r in te], max_new)
-            ok_sr = np.array([normalise(tok.decode(a)) for a in ans_sr]) == np.array(gold(te))
-            conf = selfref_scores(sr, tok, [r["prompt"] for r in te], ans_sr, cn, unk)
-            va_ans = greedy(sr, tok, [r["prompt"] for r in va], max_new)[0] if va else []
-            conf_val = selfref_scores(sr, tok, [r["prompt"] for r in va], va_ans, cn, unk) if va else np.zeros(0)
-            un_ans = greedy(sr, tok, [r["prompt"] for r in un], max_new)[0] if un else []
-            conf_un = selfref_scores(sr, tok, [r["prompt"] for r in un], un_ans, cn, unk) if un else np.zeros(0)
-            strong = np.array([bool(r["strong_correct"]) if "strong_correct" in r else rng.random() < params.strong_acc
-                               for r in te])
-            cond = Condition(ok_base, msp, ok_sr, conf, ok_sft, msp_sft, conf_val if len(conf_val) else conf,
-                             conf_un, msp_un, aug.un_share, len(keep), float(ok_tr.mean()))
-            out = SeedOut(s * 1000 + f_i, np.full(len(te), f_i), np.ones(len(te), bool), strong, {"plain": cond})
-            outs.append(out)
-    n_llm = sum(p.numel() for p in base.parameters())
-    source = (f"local LLM at model_path ({n_llm / 1e6:.1f}M parameters, LoRA rank {params.lora_rank}) on "
-              f"{len(files)} dataset file(s)" + (" -- smoke budget" if params.smoke else ""))
-    return self_ref.Results(replace(params), outs, np.asarray(params.routing_rates), source,
-                            time.perf_counter() - start)
+    outs = []
+    for s in tqdm(params.seed_list(), desc="seeds", disable=None, leave=False):
+        parts = [_dataset(params, path, s, device, n_train, n_eval, max_new, steps) for path in files]
+        cat = lambda k: np.concatenate([d[k] for d in parts])  # noqa: E731
+        group = np.concatenate([np.full(len(d["ok_base"]), i) for i, d in enumerate(parts)])
+        group_tr = np.concatenate([np.full(len(d["ok_train"]), i) for i, d in enumerate(parts)])
+        cond = Condition(cat("ok_base"), cat("msp"), cat("ok_sr"), cat("conf"), cat("ok_sft"), cat("msp_sft"),
+                         cat("conf_val"), cat("conf_unans"), cat("msp_unans"),
+                         op_only_score(group_tr, cat("ok_train"), group),
+                         sum(d["n_un"] for d in parts) / max(1, sum(d["n_aug"] for d in parts)),
+                         sum(d["n_aug"] for d in parts))
+        outs.append(SeedOut(s, group, np.ones(len(group), bool), cat("strong"), {"plain": cond}))
+    source = (f"local LLM at model_path ({parts[0]['n_params'] / 1e6:.1f}M parameters, LoRA rank "
+              f"{params.lora_rank}) on {len(files)} dataset file(s), pooled per seed"
+              + (" -- smoke budget" if params.smoke else ""))
+    return Results(replace(params), outs, np.asarray(params.routing_rates), source, time.perf_counter() - start,
+                   tuple(p.stem for p in files))
