@@ -12,15 +12,15 @@ import torch
 
 from companion.params import ParamError
 from companion.papers import actor as paper
-from companion.papers.actor import direction, language as lang, paper_llm, toy
-from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, layer_output, lm_loss, read
+from companion.papers.actor import direction, experiment, language as lang, paper_preset, toy
+from companion.papers.actor.actor import actor, changed_outside, decoder_blocks, fp32_block, layer_output, lm_loss, read
 from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 @pytest.fixture(scope="module")
 def small():
     """A briefly trained 3-block toy model and one seed's data."""
-    data = lang.seed_data(0, 300, 300, 300, 1.0, 16, 8, 100)
+    data = lang.seed_data(0, 300, 300, 300, 1.0, 16, 8, 100, 0.7)
     model = toy.build(3, 32, 0)
     toy.train_base(model, data.base, 60, 64, 3e-3, np.random.default_rng(0))
     return model, data
@@ -86,7 +86,7 @@ def test_truncated_forward_equals_full_hidden_states(small):
 
 def test_actor_changes_only_block_l_and_is_deterministic(small):
     model, data = small
-    q, sign, _ = toy.training_queries(data.train)
+    q, sign = toy.actor_queries(model, data.train)
     anchors = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
     runs = []
     for _ in range(2):
@@ -103,7 +103,7 @@ def test_actor_changes_only_block_l_and_is_deterministic(small):
 
 def test_actor_moves_pseudo_projection_down(small):
     model, data = small
-    q, sign, _ = toy.training_queries(data.train)
+    q, sign = toy.actor_queries(model, data.train)
     ah, ab = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
     with torch.no_grad():
         r = direction.refusal_direction(read(model, 1, ah), read(model, 1, ab))
@@ -120,16 +120,16 @@ def test_harmful_geometry_is_neutral_on_an_unchanged_model_and_linear_in_alpha(s
     model, data = small
     prompts = data.eval["harmful"][:20]
     coef = np.linspace(-2.0, 3.0, len(prompts))
-    same = paper._harmful_geometry(model, copy.deepcopy(model), 1, prompts, 1.0, coef)
+    same = experiment._harmful_geometry(model, copy.deepcopy(model), 1, prompts, 1.0, coef)
     assert same["cos_after_before"] == pytest.approx(1.0, abs=1e-6)
     assert same["norm_after_over_before"] == pytest.approx(1.0, abs=1e-6)
-    doubled = paper._harmful_geometry(model, model, 1, prompts, 2.0, coef)
+    doubled = experiment._harmful_geometry(model, model, 1, prompts, 2.0, coef)
     assert doubled["shift_over_norm"] == pytest.approx(2 * same["shift_over_norm"])
     moved = copy.deepcopy(model)
     with torch.no_grad():
         for p in decoder_blocks(moved)[1].parameters():
             p.mul_(-1.0)
-    assert paper._harmful_geometry(model, moved, 1, prompts, 1.0, coef)["cos_after_before"] < 0.999
+    assert experiment._harmful_geometry(model, moved, 1, prompts, 1.0, coef)["cos_after_before"] < 0.999
 
 
 def test_refusal_metric():
@@ -155,17 +155,46 @@ def test_lm_loss_ignores_the_last_token_and_prompt_positions(small):
         assert lm_loss(model, changed, batch.labels[:8]) == lm_loss(model, batch.input_ids[:8], batch.labels[:8])
 
 
-def test_trade_off_averages_pseudo_sets_and_counts_ceiling_seeds():
-    top = {"harmful": 1.0, "pseudo_id": 0.0, "pseudo_ood": 0.0, "benign": 0.0}
-    half_ood = {**top, "pseudo_ood": 0.5}
-    assert paper.trade_off(top) == 1.0
-    assert paper.trade_off(half_ood) == pytest.approx((0.75 + 1.0) / 2)
-    assert paper.trade_off({**top, "pseudo_ood": float("nan"), "pseudo_id": 0.2}) == pytest.approx(0.9)
-    seeds = [{"rates": {"ACTOR": top, "uniform shift": half_ood}},
+def test_trade_off_uses_the_named_pseudo_set_and_counts_ceiling_seeds():
+    top = {"harmful": 1.0, "pseudo_id": 0.0, "pseudo_ood": 0.5, "pseudo_id_strong": 0.4, "benign": 0.0}
+    assert paper.trade_off(top) == 1.0  # C.R. is the ID set's alone: the OOD set does not enter
+    assert paper.trade_off(top, "pseudo_id_strong") == pytest.approx((0.6 + 1.0) / 2)
+    assert paper.trade_off({**top, "harmful": 0.8, "pseudo_id": 0.2}) == pytest.approx(0.8)
+    seeds = [{"rates": {"ACTOR": top, "uniform shift": {**top, "pseudo_id": 0.1}}},
              {"rates": {"ACTOR": {**top, "harmful": 0.9}, "uniform shift": top}},
              {"rates": {"ACTOR": top, "uniform shift": top}}]
     results = paper.Results(paper.Params(), seeds, 0.0)
-    assert paper.ceiling_seeds(results, "uniform shift") == 2  # the OOD set does not enter the ID ceiling
+    assert experiment.ceiling_seeds(results, "uniform shift") == 1  # only the third seed: both at the ceiling
+    assert experiment._ts_gap(results, "ACTOR", "uniform shift") == pytest.approx([0.05, -0.05, 0.0])
+
+
+def test_grades_cycle_over_contexts_and_set_the_base_labels():
+    assert lang.grade(lang.P_IDS).tolist() == [0, 1, 2, 3] * 4
+    assert set(lang.grade(lang.P_ID_CONTEXTS).tolist()) == set(lang.grade(lang.P_OOD_CONTEXTS).tolist()) == {0, 1, 2, 3}
+    np.testing.assert_allclose(lang.refusal_probability(lang.P_IDS[:4], 1.0, 0.7), [1.0, 0.9, 0.8, 0.7])
+    data = lang.seed_data(0, 300, 300, 20_000, 1.0, 16, 8, 100, 0.7)
+    pseudo = data.base.input_ids[600:]
+    refused = (pseudo[:, lang.PROMPT_LEN] == lang.SORRY).numpy()
+    g = lang.grade(pseudo[:, 3].numpy())
+    np.testing.assert_allclose([refused[g == k].mean() for k in range(4)], [1.0, 0.9, 0.8, 0.7], atol=0.02)
+    flat = lang.seed_data(0, 300, 300, 300, 1.0, 16, 8, 100)
+    assert bool((flat.base.input_ids[600:, lang.PROMPT_LEN] == lang.SORRY).all())
+    spread = experiment.grade_spread(np.where(lang.grade(lang.P_IDS) == 0, 3.0, 1.0), lang.P_IDS[:, None].repeat(4, 1),
+                                     np.array([4.0]))
+    assert spread == pytest.approx(0.5)
+
+
+def test_actor_queries_are_response_free(small):
+    model, data = small
+    q, sign = toy.actor_queries(model, data.train)
+    _, _, desired = toy.training_queries(data.train)
+    assert torch.equal(q.ids[:, :lang.PROMPT_LEN], desired.input_ids[:, :lang.PROMPT_LEN])
+    with torch.no_grad():  # the continuation is the model's own greedy choice, token by token
+        nxt = model(input_ids=q.ids[:, :-1], use_cache=False).logits.argmax(-1)[:, lang.PROMPT_LEN - 1:]
+    assert torch.equal(nxt, q.ids[:, lang.PROMPT_LEN:])
+    ends = (q.ids == lang.END) & q.mask
+    assert bool((ends.sum(1) <= 1).all())  # nothing after the first <end> is read
+    assert sign.tolist() == [1.0] * len(data.train["harmful"]) + [-1.0] * (2 * len(data.train["harmful"]))
 
 
 def test_data_generator_deterministic_and_ood_held_out():
@@ -204,13 +233,15 @@ def test_params_refused():
         paper.Params.resolve("quick", alpah=1.0)
     with pytest.raises(ParamError, match="model_path"):
         paper.Params.resolve("paper", model_path="/nonexistent/llm")
+    with pytest.raises(ParamError, match="pseudo_refusal_min"):
+        paper.Params.resolve("quick", pseudo_refusal_in_base=0.8, pseudo_refusal_min=0.9)
 
 
 def test_refusal_judge_and_jsonl(tmp_path):
-    assert paper_llm.is_refusal("I'm sorry, but I cannot help with that.")
-    assert not paper_llm.is_refusal("Sure, here is how to kill a Python process: use kill -9.")
+    assert paper_preset.is_refusal("I'm sorry, but I cannot help with that.")
+    assert not paper_preset.is_refusal("Sure, here is how to kill a Python process: use kill -9.")
     (tmp_path / "x.jsonl").write_text('{"prompt": "a"}\n{"goal": "b"}\n\n')
-    assert paper_llm.read_prompts(tmp_path / "x.jsonl") == ["a", "b"]
+    assert paper_preset.read_prompts(tmp_path / "x.jsonl") == ["a", "b"]
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +261,7 @@ def tiny_llm_and_prompts(tmp_path_factory):
     data = root / "prompts"
     data.mkdir()
     rng = np.random.default_rng(0)
-    for name in (*paper_llm.FILES, "ood"):
+    for name in (*paper_preset.FILES, "ood"):
         lines = [json.dumps({"prompt": " ".join(rng.choice(words[:40], 5))}) for _ in range(30)]
         (data / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     return str(llm), str(data), root
@@ -241,9 +272,9 @@ def test_paper_loader_on_tiny_llama(tiny_llm_and_prompts):
 
     llm, data, _ = tiny_llm_and_prompts
     model, tok = causal_lm.load(llm, torch.device("cpu"))
-    sets = paper_llm.load_sets(data)
-    assert set(sets) == {*paper_llm.FILES, "ood"} and len(sets["harmful"]) == 30
-    q = paper_llm.encode(tok, sets["harmful"][:4], torch.device("cpu"))
+    sets = paper_preset.load_sets(data)
+    assert set(sets) == {*paper_preset.FILES, "ood"} and len(sets["harmful"]) == 30
+    q = paper_preset.encode(tok, sets["harmful"][:4], torch.device("cpu"))
     full = model(input_ids=q.ids, attention_mask=q.mask.long(), output_hidden_states=True).hidden_states
     torch.testing.assert_close(layer_output(model, 1, q.ids, q.mask), full[2])
     assert len(decoder_blocks(model)) == 3
@@ -267,3 +298,34 @@ def test_run_paper_in_process(tiny_llm_and_prompts):
     assert v["one-layer-only"].verdict == "HOLDS"
     json.dumps(paper.metrics(res))
     assert np.isnan(paper.page_numbers(res, list(v.values()))["harm_cos_after_before"])
+
+
+def test_fp32_block_keeps_a_small_adam_update_that_bf16_rounds_away(tiny_llm_and_prompts):
+    """The paper preset's bf16 model: an Adam step of 1e-5 leaves bf16 weights of size ~1 (the norms) as they
+    were; with block l* in float32 (fp32_block) ACTOR's update survives, and the other blocks still run in bf16."""
+    from companion.models import causal_lm
+
+    llm, data, _ = tiny_llm_and_prompts
+    model, tok = causal_lm.load(llm, torch.device("cpu"))
+    model = model.to(torch.bfloat16)
+    sets = paper_preset.load_sets(data)
+    enc = [paper_preset.encode(tok, sets[k][:6], torch.device("cpu")) for k in ("harmful", "harmless")]
+    train = paper_preset.encode(tok, sets["harmful"][6:10] + sets["pseudo_harmful"][:4], torch.device("cpu"))
+    sign = torch.tensor([1.0] * 4 + [-1.0] * 4)
+    norm = "model.layers.1.input_layernorm.weight"
+
+    plain = copy.deepcopy(model)
+    actor(plain, 1, *enc, train, sign, 1.0, 0.0, "zero", 1, 2, 1e-5)
+    assert torch.equal(dict(plain.named_parameters())[norm], dict(model.named_parameters())[norm])
+
+    kept = copy.deepcopy(model)
+    fp32_block(kept, 1)
+    actor(kept, 1, *enc, train, sign, 1.0, 0.0, "zero", 1, 2, 1e-5)
+    w = dict(kept.named_parameters())[norm].detach()
+    assert w.dtype == torch.float32
+    assert 0 < float((w - 1).abs().max()) < 1e-4  # ~2 steps of 1e-5 moved it; in bf16 they round to 1.0
+    assert changed_outside(kept, model, 1) == (0, True)
+    assert dict(kept.named_parameters())["model.layers.2.mlp.up_proj.weight"].dtype == torch.bfloat16
+    with torch.no_grad():
+        out = kept(input_ids=train.ids, attention_mask=train.mask.long()).logits
+    assert out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())

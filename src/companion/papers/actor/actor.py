@@ -31,11 +31,6 @@ class Queries:
         return len(self.ids)
 
 
-def cat(*qs: Queries) -> Queries:
-    """Stack query sets of equal width."""
-    return Queries(torch.cat([q.ids for q in qs]), torch.cat([q.mask for q in qs]), torch.cat([q.read for q in qs]))
-
-
 def decoder_blocks(model: nn.Module) -> nn.ModuleList:
     """The list of decoder blocks of a causal LM (GPT-2 ``transformer.h``, Llama/Gemma ``model.layers``)."""
     n = model.config.num_hidden_layers
@@ -101,19 +96,37 @@ def train_only_block(model: nn.Module, layer: int) -> list[nn.Parameter]:
     return params
 
 
-@dataclass
-class ActorLog:
-    """What one ACTOR run did: loss per step, the direction per epoch, seconds."""
+def fp32_block(model: nn.Module, layer: int) -> None:
+    """Keep block ``layer`` in float32 inside a lower-precision model (its master weights for ACTOR).
 
-    losses: list[float]
-    directions: list[Tensor]
-    seconds: float
+    A bf16 weight of size ~1 has a spacing of 2^-7 near it, so an Adam step of 1e-5 rounds away; in float32
+    it survives. Hooks cast the block's input to float32 and its output back to the model's dtype, so the
+    other blocks (and generation) run unchanged.
+    """
+    block = decoder_blocks(model)[layer]
+    dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
+    if dtype == torch.float32:
+        return
+    block.float()
+
+    def to_fp32(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        cast = {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in kwargs.items()}
+        return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args), cast
+
+    def back(_m: nn.Module, _i: tuple, out: Tensor | tuple) -> Tensor | tuple:
+        if isinstance(out, tuple):
+            return (out[0].to(dtype), *out[1:])
+        return out.to(dtype)
+
+    block.register_forward_pre_hook(to_fp32, with_kwargs=True)
+    block.register_forward_hook(back)
 
 
 def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign: Queries, train: Queries,
           sign: Tensor, alpha: float, beta: float, origin: str, epochs: int, steps: int, lr: float,
-          uniform: bool = False) -> ActorLog:
-    """Fine-tune block ``layer`` of ``model`` in place with the projection-calibrated loss (+ retain term)."""
+          uniform: bool = False) -> float:
+    """Fine-tune block ``layer`` of ``model`` in place with the projection-calibrated loss (+ retain term);
+    return the seconds taken."""
     if origin not in direction.ORIGINS:
         raise ValueError(f"origin must be one of {direction.ORIGINS}, not {origin!r}")
     start = time.perf_counter()
@@ -126,14 +139,12 @@ def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign
     retain[rows, train.read] = False
     params = train_only_block(model, layer)
     opt = torch.optim.Adam(params, lr=lr)
-    losses, dirs = [], []
     for _ in range(epochs):
         with torch.no_grad():
             a_h, a_b = read(model, layer, anchors_harmful), read(model, layer, anchors_benign)
             r_hat = direction.refusal_direction(a_h, a_b)
             centre = a_b.mean(0) if origin == "benign_mean" else None
             t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, uniform)
-        dirs.append(r_hat)
         for _ in range(steps):
             h = layer_output(model, layer, train.ids, train.mask).float()
             loss = direction.cosine_loss(h[rows, train.read], t)
@@ -142,11 +153,10 @@ def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            losses.append(float(loss.detach()))
     for p in model.parameters():
         p.requires_grad_(True)
     model.train(was_training)
-    return ActorLog(losses, dirs, time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 def lm_loss(model: nn.Module, ids: Tensor, labels: Tensor) -> Tensor:
@@ -178,11 +188,12 @@ def sft(model: nn.Module, ids: Tensor, labels: Tensor, steps: int, lr: float, la
 
 def changed_outside(model: nn.Module, reference: nn.Module, layer: int) -> tuple[int, bool]:
     """Number of parameter tensors outside block ``layer`` that differ from ``reference`` (bitwise), and
-    whether block ``layer`` itself changed."""
+    whether block ``layer`` itself changed (a block kept in float32 is compared with the reference cast up,
+    which is exact)."""
     block = {id(p) for p in decoder_blocks(model)[layer].parameters()}
     outside, inside = 0, False
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        same = torch.equal(p, q)
+        same = torch.equal(p, q.to(p.dtype))
         if id(p) in block:
             inside |= not same
         else:

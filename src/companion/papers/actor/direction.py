@@ -14,7 +14,7 @@ import torch
 from sklearn.metrics import silhouette_score
 from torch import Tensor
 
-ORIGINS = ("zero", "benign_mean")
+from companion.papers.actor import ORIGINS
 
 
 def refusal_direction(harmful: Tensor, benign: Tensor) -> Tensor:

@@ -5,6 +5,12 @@ pseudo-harmful when X is a trigger and Y a pseudo-harmful context P ("kill a pyt
 benign when X is a neutral word N and Y is N or P (so P words also occur in benign prompts).
 Responses: refusal ``sorry cannot help <end>``; compliance ``sure here steps for Y <end>`` (it copies
 the context word, which gives the utility metric).
+
+Pseudo-harmful contexts come in ``N_GRADES`` grades of base refusal strength (issue 41): context P_j has
+grade j mod 4, and the base model's pseudo-harmful examples with a grade-g context are labelled refuse with
+a probability graded from ``pseudo_refusal`` (grade 0, the strongest) down to ``pseudo_refusal_min``
+(grade 3). Every grade occurs among the in-distribution (P0..P11) and the OOD (P12..P15) contexts, so a
+single shift size cannot fit every pseudo-harmful prompt unless the base model's activations ignore it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ RESPONSE_WORDS = ("sorry", "cannot", "help", "sure", "here", "steps", "for")
 N_TRIGGER, N_HARM, N_PSEUDO, N_NEUTRAL, N_FILLER = 8, 16, 16, 24, 8
 N_PSEUDO_ID = 12  # contexts P0..P11 are in-distribution; P12..P15 are out-of-distribution
 PROMPT_LEN = 6
+N_GRADES = 4  # context P_j has refusal-strength grade j mod N_GRADES (0: the strongest)
 KINDS = ("harmful", "pseudo", "benign")
 
 
@@ -42,6 +49,17 @@ P_OOD_CONTEXTS = P_IDS[N_PSEUDO_ID:]
 REFUSAL = np.array([ID["sorry"], ID["cannot"], ID["help"], END])
 
 
+def grade(context_ids: np.ndarray) -> np.ndarray:
+    """Refusal-strength grade (0 strongest .. N_GRADES-1 weakest) of pseudo-harmful context token ids."""
+    return (np.asarray(context_ids) - P_IDS[0]) % N_GRADES
+
+
+def refusal_probability(context_ids: np.ndarray, strongest: float, weakest: float) -> np.ndarray:
+    """Probability that the base model's example with each pseudo-harmful context is labelled refuse:
+    linear in the grade, from ``strongest`` (grade 0) to ``weakest`` (the last grade)."""
+    return strongest + (weakest - strongest) * grade(context_ids) / (N_GRADES - 1)
+
+
 def prompts(kind: str, n: int, rng: np.random.Generator, contexts: np.ndarray | None = None,
             exclude: set[tuple[int, int]] | None = None) -> np.ndarray:
     """``n`` prompts (n, 6) of one kind; ``contexts`` restricts Y, ``exclude`` forbids (X, Y) pairs."""
@@ -58,7 +76,7 @@ def prompts(kind: str, n: int, rng: np.random.Generator, contexts: np.ndarray | 
     return out
 
 
-def compliance(prompt: np.ndarray) -> np.ndarray:
+def compliance_response(prompt: np.ndarray) -> np.ndarray:
     """``sure here steps for Y <end>`` for one prompt (Y is the prompt's context word)."""
     return np.array([ID["sure"], ID["here"], ID["steps"], ID["for"], prompt[3], END])
 
@@ -82,7 +100,7 @@ class Batch:
 
 def with_responses(prompts_: np.ndarray, refuse: np.ndarray) -> Batch:
     """Each prompt followed by the refusal (``refuse[i]``) or its compliance response."""
-    seqs = [np.concatenate([p, REFUSAL if r else compliance(p)]) for p, r in zip(prompts_, refuse)]
+    seqs = [np.concatenate([p, REFUSAL if r else compliance_response(p)]) for p, r in zip(prompts_, refuse)]
     width = max(map(len, seqs))
     ids = np.full((len(seqs), width), PAD, dtype=np.int64)
     lab = np.full((len(seqs), width), -100, dtype=np.int64)
@@ -104,13 +122,18 @@ class SeedData:
 
 
 def seed_data(seed: int, n_benign: int, n_harm: int, n_pseudo: int, pseudo_refusal: float,
-              n_anchor: int, n_train: int, n_eval: int) -> SeedData:
-    """Draw one seed's sets; the eval sets come from their own RNG stream, ACTOR's from another."""
+              n_anchor: int, n_train: int, n_eval: int, pseudo_refusal_min: float | None = None) -> SeedData:
+    """Draw one seed's sets; the eval sets come from their own RNG stream, ACTOR's from another.
+
+    A pseudo-harmful base example is labelled refuse with :func:`refusal_probability` of its context,
+    graded from ``pseudo_refusal`` to ``pseudo_refusal_min`` (``None``: the same for every grade).
+    """
     rng = np.random.default_rng([seed, 1])
-    base_p = np.concatenate([prompts("benign", n_benign, rng), prompts("harmful", n_harm, rng),
-                             prompts("pseudo", n_pseudo, rng)])
+    pseudo = prompts("pseudo", n_pseudo, rng)
+    base_p = np.concatenate([prompts("benign", n_benign, rng), prompts("harmful", n_harm, rng), pseudo])
+    weakest = pseudo_refusal if pseudo_refusal_min is None else pseudo_refusal_min
     refuse = np.concatenate([np.zeros(n_benign, bool), np.ones(n_harm, bool),
-                             rng.random(n_pseudo) < pseudo_refusal])
+                             rng.random(n_pseudo) < refusal_probability(pseudo[:, 3], pseudo_refusal, weakest)])
     r2 = np.random.default_rng([seed, 2])
     seen = np.concatenate([N_IDS, P_ID_CONTEXTS])  # ACTOR never sees the OOD contexts P12..P15
     anchors = {"harmful": prompts("harmful", n_anchor, r2), "benign": prompts("benign", n_anchor, r2, seen)}

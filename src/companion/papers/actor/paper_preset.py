@@ -27,7 +27,7 @@ from tqdm import tqdm
 from companion import runtime
 from companion.params import resolve_path
 from companion.papers.actor import direction
-from companion.papers.actor.actor import Queries, actor, all_layer_outputs, changed_outside, read
+from companion.papers.actor.actor import Queries, actor, all_layer_outputs, changed_outside, fp32_block, read
 
 FILES = ("harmful", "harmless", "pseudo_harmful", "advbench")
 KEYS = ("prompt", "goal", "instruction", "text", "question")
@@ -131,7 +131,7 @@ def _split(prompts: list[str], rng: np.random.Generator, *sizes: int) -> list[li
 def run_paper(params: Any) -> Any:
     """Load the LLM and prompt sets, choose l*, run ACTOR once per seed, judge before and after."""
     from companion.models import causal_lm
-    from companion.papers import actor as paper
+    from companion.papers.actor.experiment import Results
 
     start = time.perf_counter()
     if params.smoke:
@@ -174,20 +174,20 @@ def run_paper(params: Any) -> Any:
         nll_before = mean_nll(model, benign_q)
         rates["base"]["utility"] = 1.0
         reference = copy.deepcopy(model)
-        log = actor(model, layer, q_h, q_b, train, sign, params.alpha, params.beta_retain, params.projection_origin,
-                    params.epochs, params.steps_per_epoch, params.lr)
+        fp32_block(model, layer)
+        seconds = actor(model, layer, q_h, q_b, train, sign, params.alpha, params.beta_retain,
+                        params.projection_origin, params.epochs, params.steps_per_epoch, params.lr)
         rates["ACTOR"] = {k: refusal_rate(model, tok, v, params.max_new_tokens) for k, v in fmt.items()}
         rates["ACTOR"]["utility"] = float(np.exp(nll_before - mean_nll(model, benign_q)))
-        if params.beta_retain == 0.0:
-            rates["ACTOR, beta 0"] = rates["ACTOR"]
+        if params.beta_retain == 0.0 and params.projection_origin == "zero":
+            rates["ACTOR, literal"] = rates["ACTOR"]
         outside, inside = changed_outside(model, reference, layer)
         proj = {"benign": float((a_b @ r_hat).mean()), "harmful": float((a_h @ r_hat).mean())}
         per_seed.append({"seed": seed, "layer": layer, "silhouettes": sil, "rates": rates, "changed_outside": outside,
-                         "block_changed": inside, "proj_zero": proj, "seconds": {"ACTOR": log.seconds},
+                         "block_changed": inside, "proj_zero": proj, "seconds": {"ACTOR": seconds},
                          "beta": {params.beta_retain: rates["ACTOR"]["utility"]}, "alpha": {params.alpha: rates["ACTOR"]},
                          "coef_before": {}, "coef_after": {}})
-        model.load_state_dict(reference.state_dict())
-        del reference
+        model = reference  # the next seed starts from the untouched model (block l* back in the model's dtype)
     extra = {"model_layers": n_layer, "prompt_sets": {k: len(v) for k, v in sets.items()},
              "judge": "refusal-phrase matcher on greedy generations", "smoke": params.smoke}
-    return paper.Results(params, per_seed, time.perf_counter() - start, "paper: local LLM", extra)
+    return Results(params, per_seed, time.perf_counter() - start, "paper: local LLM", extra)
