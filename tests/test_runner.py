@@ -84,6 +84,22 @@ def test_run_ids_are_unique_within_a_second():
     assert len(ids) == 200
 
 
+def test_a_run_published_over_an_existing_folder_replaces_every_entry(tmp_path):
+    final, tmp = tmp_path / "run", tmp_path / ".run.partial"
+    for folder in (final, tmp):
+        (folder / "figures").mkdir(parents=True)
+        (folder / "figures" / f"{folder.name}.png").write_text(folder.name)
+    (final / "stale.json").write_text("old")
+    names = [f"f{i:03d}.json" for i in range(200)]
+    for name in names:
+        (tmp / name).write_text(name)
+    runner._publish(tmp, final)
+    assert not tmp.exists()
+    assert sorted(p.name for p in final.iterdir()) == sorted([*names, "figures", "stale.json"])
+    assert [p.name for p in (final / "figures").iterdir()] == [".run.partial.png"]
+    assert all((final / name).read_text() == name for name in names)
+
+
 def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypatch):
     target = tmp_path / "sweep.csv"
     runner.write_atomic(target, "old\n")

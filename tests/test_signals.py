@@ -102,7 +102,13 @@ def test_an_interrupted_run_exits_130_within_10_s_recorded_and_leaves_no_process
         tree = [kernel, *kernel.children(recursive=True)]
         os.killpg(proc.pid, signum)
         t0 = time.monotonic()
-        out, _ = proc.communicate(timeout=10)
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGUSR1)  # the command prints every thread's stack before it is killed
+            time.sleep(1)
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"still running 10 s after {signum.name}; its threads:\n{proc.communicate()[0][-6000:]}")
         assert time.monotonic() - t0 < 10
     finally:
         if proc.poll() is None:

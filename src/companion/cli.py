@@ -459,10 +459,13 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse, dispatch; usage errors exit 2, disk errors 1, interrupts 130, one line each."""
+    import faulthandler
     import signal
 
     numerics.apply()  # before a kernel, a Dask worker or a process pool starts: they inherit it
     main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread and sys.__stderr__ is not None:  # `kill -USR1 PID`: where a stuck command is, every thread
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt) if main_thread else None
     try:
         return _main(argv)

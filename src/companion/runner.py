@@ -344,10 +344,12 @@ def _publish(tmp: Path, final: Path) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, final)
         return
-    for item in tmp.iterdir():
+    for item in list(tmp.iterdir()):  # listed first: renaming entries out while scanning can skip some
         target = final / item.name
-        if target.is_dir() and not item.is_dir():
+        if target.is_dir():
             shutil.rmtree(target)
+        elif item.is_dir() and target.exists():
+            target.unlink()
         os.replace(item, target)
     tmp.rmdir()
 
@@ -542,6 +544,9 @@ def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,
                     thread.join(2 * STOP_GRACE_S)  # nbclient sees the dead kernel within a second, then saves
                 except KeyboardInterrupt:
                     pass  # a second interrupt: wait no longer
+                # the grace timer is a daemon thread that dies with this process: a kernel that outlived
+                # SIGTERM would outlive the run too
+                kernels.signal(signal.SIGKILL)
         if kernels.stopped:
             status, error = "interrupted", "interrupted (SIGINT or SIGTERM) before the notebook ended"
         elif raised:
