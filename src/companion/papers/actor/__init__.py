@@ -46,8 +46,8 @@ PAPER_PRESET = ("the paper's setting from local files: a chat LLM (model_path, b
 class Params(BaseParams):
     """Parameters of the small-scale ACTOR reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over (5 before the "
-                       "budget trim of issue 41)")
+    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over (5 before "
+                       "issue 41: 4 run in two rounds on two cores, 5 in three)")
     n_layer: int = param(3, lo=2, hi=6, help="blocks of the tiny GPT-2")
     d_model: int = param(64, lo=32, hi=256, help="width of the tiny GPT-2 (4 heads)")
     base_steps: int = param(400, lo=200, hi=3000, help="AdamW steps (batch 128, lr 3e-3) of the over-aligned base model")

@@ -310,6 +310,8 @@ def page_numbers(results: Results, verdicts: list[Any]) -> dict[str, Any]:
            "harm_lost_seeds": sum(h < 1.0 for h in _rates(results, "ACTOR", "harmful")),
            "uniform_ceiling": ceiling_seeds(results, UNIFORM), "sft_ceiling": ceiling_seeds(results, SFT_LAYER),
            "sft_time_ratio": m.get("sft_layer_over_actor_seconds", nan),
+           "base_seconds": float(np.median([s.get("base_seconds", nan) for s in seeds])),
+           "actor_seconds": m["train_seconds_median"].get("ACTOR", nan),
            "frac": m["trainable_fraction"], "layer": int(max(set(m["layers"]), key=m["layers"].count)),
            "harm_c_after_min": min((float(np.mean(s["coef_after"]["harmful"])) for s in seeds if s.get("coef_after")),
                                    default=nan)}
