@@ -1,10 +1,10 @@
 """Performance anchor of actor: ACTOR against full-model SFT, CPU time for the same number of Adam steps.
 
 The spec's setting: the 3-block toy GPT-2 (d = 64), l* = 1, 96 training sequences of up to 12 tokens
-(32 harmful, 32 pseudo-harmful, 32 benign, with their responses), 100 full-batch Adam steps each.
-ACTOR runs a forward truncated after block l* and back-propagates through that block only (with the
-retain term); SFT runs the whole model and the LM head over prompt and response tokens. Interleaved
-rounds (``companion.bench.compare``); writes ``data/bench/actor.json``. The paper reports about
+(32 harmful, 32 pseudo-harmful, 32 benign), 100 full-batch Adam steps each. ACTOR reads each prompt
+followed by the model's own greedy continuation (response-free, as in the experiment), runs a forward
+truncated after block l* and back-propagates through that block only (with the retain term); SFT runs
+the whole model and the LM head over prompt and desired response tokens. Interleaved rounds (``companion.bench.compare``); writes ``data/bench/actor.json``. The paper reports about
 15 min / 4 min = 3.75x on Llama-2-7b-chat; the gate here is > 1.3 on a noisy shared CPU.
 """
 
@@ -24,7 +24,8 @@ def main(steps: int = 100, layer: int = 1, rounds: int = 7) -> None:
     runtime.limit_threads(1)
     data = lang.seed_data(0, 300, 300, 300, 1.0, 64, 32, 100)
     base = toy.build(3, 64, 0)
-    q, sign, batch = toy.training_queries(data.train)
+    _, _, batch = toy.training_queries(data.train)
+    q, sign = toy.actor_queries(base, data.train)
     anchors = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
     with torch.no_grad():
         full = base(input_ids=batch.input_ids, output_hidden_states=True).hidden_states[layer + 1]
