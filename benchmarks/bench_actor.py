@@ -4,8 +4,9 @@ The spec's setting: the 3-block toy GPT-2 (d = 64), l* = 1, 96 training sequence
 (32 harmful, 32 pseudo-harmful, 32 benign), 100 full-batch Adam steps each. ACTOR reads each prompt
 followed by the model's own greedy continuation (response-free, as in the experiment), runs a forward
 truncated after block l* and back-propagates through that block only (with the retain term); SFT runs
-the whole model and the LM head over prompt and desired response tokens. Interleaved rounds (``companion.bench.compare``); writes ``data/bench/actor.json``. The paper reports about
-15 min / 4 min = 3.75x on Llama-2-7b-chat; the gate here is > 1.3 on a noisy shared CPU.
+the whole model and the LM head over prompt and desired response tokens. Interleaved rounds
+(``companion.bench.compare``); writes ``data/bench/actor.json``. The paper reports about 15 min / 4 min
+= 3.75x on Llama-2-7b-chat; the gate here is > 1.3 on a noisy shared CPU.
 """
 
 from __future__ import annotations
