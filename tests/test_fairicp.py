@@ -13,7 +13,7 @@ from scipy import stats
 from companion.params import ParamError
 from companion.papers import fairicp as paper
 from companion.papers.fairicp import adversarial as adv
-from companion.papers.fairicp import densities, fairness, kpc, realdata, sampler
+from companion.papers.fairicp import densities, fairness, kpc, paper_preset, sampler
 from companion.papers.fairicp import simulation as sim
 from hf_tiny import run_paper_smoke
 
@@ -316,6 +316,65 @@ def test_a_seed_is_deterministic():
     assert [r["kpc"] for r in one["rows"]] == [r["kpc"] for r in two["rows"]]
 
 
+def test_mdn_loglik_matrix_matches_paired_density_and_learns_a_bimodal_conditional():
+    rng, gen = np.random.default_rng(21), torch.Generator().manual_seed(21)
+    n = 600
+    y = rng.standard_normal(n)
+    # a bimodal attribute whose modes shift with y: a single Gaussian cannot fit it, a mixture can
+    a = np.where(rng.random(n) < 0.5, -2.0, 2.0) + 0.5 * y + 0.3 * rng.standard_normal(n)
+    mdn = densities.MDN(a, y, gen, components=3, steps=400)
+    L = mdn.loglik_matrix(a, y)
+    assert L.shape == (n, n)
+    diag = np.diag(L)
+    paired = mdn._logpdf(torch.as_tensor(((a - mdn.t_mu) / mdn.t_sd)[:, None], dtype=torch.float32),
+                         mdn._cond(y)).detach().double().numpy() + 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose(diag, paired, atol=1e-4)
+    draws = mdn.sample(y, rng)
+    assert draws.shape == (n, 1)
+    # the draws keep the two modes (the Gaussian A | Y of FDL-Gauss puts its mass between them)
+    assert stats.ks_2samp(a, draws[:, 0]).statistic < 0.1
+    gauss = densities.GaussLinearAgivenY.fit(y, a[:, None]).sample(y, rng)
+    assert stats.ks_2samp(a, gauss[:, 0]).statistic > 0.15
+
+
+def test_icp_dummies_under_a_misspecified_density_keep_the_marginal_and_pairs():
+    rng = np.random.default_rng(22)
+    tr = sim.simulate(200, 3, 0.9, rng)
+    # a badly wrong q(Y | A): slope of the wrong sign and a tiny variance
+    wrong = densities.GaussLinearYgivenA(np.array([0.0, -2.0, -2.0, -2.0]), 0.5)
+    L = wrong.loglik_matrix(tr.y, tr.a)
+    states = sampler.run_chain(L, 5, 10, rng)
+    dummies = sampler.inverse_dummies(tr.a, states)
+    for pi, d in zip(states, dummies):
+        np.testing.assert_array_equal(np.sort(d, 0), np.sort(tr.a, 0))
+        np.testing.assert_array_equal(d[pi], tr.a)
+    assert fairness.ks_columns(tr.a, dummies).max() == 0
+    # the wrong density does change which permutations are likely: its swap odds differ from the truth's
+    true_L = sim.true_loglik(tr.y, tr.a, 3, 0.9, tr.eps2)
+    i, j = np.arange(0, 100), np.arange(100, 200)
+    ident = np.arange(200)
+    assert not np.allclose(sampler.swap_log_odds(L, ident, i, j), sampler.swap_log_odds(true_L, ident, i, j))
+
+
+def test_claim_values_cover_every_claim_and_control():
+    from companion.papers.fairicp import experiment
+
+    p = tiny_params(K=(2, 1))  # one seed runs inline (no worker processes)
+    res = experiment.run(p)
+    values = experiment.claim_values(res)
+    for c in paper.CLAIMS:
+        assert c.id in values
+        for ctrl in c.controls:
+            assert c.control_key(ctrl) in values
+    assert np.isnan(values["icp-vs-fdl-kpc-K10"]).all()  # K = 10 was not run: NaN, not an invented value
+    assert values["icp-keeps-marginal"] == 0.0
+    verdicts = {v.id: v for v in paper.check(res)}
+    assert set(verdicts) == {c.id for c in paper.CLAIMS}
+    assert verdicts["icp-vs-fdl-kpc-K10"].verdict == "INCONCLUSIVE"
+    m = experiment.metrics(res)
+    assert "K1-a0.9.fdl_mdn@0.9.kpc" in m and "K2-a0.9.fairicp_oracle@0.9.kpc" in m
+
+
 def test_params_are_validated_before_compute(tmp_path):
     with pytest.raises(ParamError, match="'methods'"):
         paper.Params.resolve("quick", methods=("unconstrained", "fairicp_est"))
@@ -327,7 +386,7 @@ def test_params_are_validated_before_compute(tmp_path):
 
 
 def write_tiny_datasets(root: Path, rng: np.random.Generator, n: int = 160) -> None:
-    """Files with the four datasets' schemas (random values), as realdata's loaders read them."""
+    """Files with the four datasets' schemas (random values), as paper_preset's loaders read them."""
     cols = ["state", "county", "community", "communityname", "fold", "population", "racepctblack",
             "racePctWhite", "racePctAsian", "racePctHisp", "medIncome", "ViolentCrimesPerPop"]
     (root / "communities.names").write_text("\n".join(f"@attribute {c} numeric" for c in cols))
@@ -359,7 +418,7 @@ def write_tiny_datasets(root: Path, rng: np.random.Generator, n: int = 160) -> N
 
 def test_real_loaders_read_the_four_schemas(tmp_path):
     write_tiny_datasets(tmp_path, np.random.default_rng(14))
-    shapes = {name: realdata.load(name, tmp_path) for name in realdata.LOADERS}
+    shapes = {name: paper_preset.load(name, tmp_path) for name in paper_preset.LOADERS}
     assert shapes["crimes"].a.shape == (160, 3) and shapes["crimes"].task == "regression"
     assert np.isfinite(shapes["crimes"].x).all() and shapes["crimes"].x.shape[1] == 3
     assert shapes["compas"].a.shape == (160, 2) and set(shapes["compas"].y) <= {0, 1}
@@ -375,4 +434,4 @@ def test_paper_preset_smoke_runs_from_the_cli(tmp_path):
     write_tiny_datasets(data, np.random.default_rng(15))
     record = run_paper_smoke("fairicp", tmp_path / "run", data_path=data)
     assert record["status"] == "ok"
-    assert {r["dataset"] for r in record["metrics"]["real"]} == set(realdata.LOADERS)
+    assert {r["dataset"] for r in record["metrics"]["real"]} == set(paper_preset.LOADERS)

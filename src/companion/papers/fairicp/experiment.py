@@ -1,18 +1,24 @@
-"""One seed of the simulation study: data, dummies of every method, adversarial fits, test metrics."""
+"""The simulation study: one seed's data, dummies of every method, adversarial fits and test metrics;
+then the run over seeds, the claims' per-seed values and the record's summary."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
+from tqdm import tqdm
 
 from companion import runtime
 from companion.papers.fairicp import adversarial as adv
 from companion.papers.fairicp import densities, fairness, kpc, sampler
 from companion.papers.fairicp import simulation as sim
+
+DIAG_METHODS = ("fairicp_est", "fairicp_mdn", "fdl_gauss", "fdl_mdn", "faircp_gauss")
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -34,19 +40,24 @@ def reference_coefs(K: int, eps2: float) -> dict[str, tuple[float, float]]:
     return {"ols": (1.0, 1.0), "fair_linear": (a_star, c_star), "unaware": (1.0, 0.0)}
 
 
-def dummy_source(method: str, tr: sim.SimData, sweeps: int, epochs: int,
-                 rng: np.random.Generator) -> tuple[Any, dict[str, float]]:
+def dummy_source(method: str, tr: sim.SimData, sweeps: int, epochs: int, rng: np.random.Generator,
+                 gen: torch.Generator) -> tuple[Any, dict[str, float]]:
     """The per-epoch dummy attributes of ``method`` (a function of the epoch) and its timings."""
     t0 = time.process_time()
     if method in ("unconstrained", "hgr"):
         return (lambda e: tr.a), {}
     if method == "fairicp_est":
         L = densities.GaussLinearYgivenA.fit(tr.y, tr.a).loglik_matrix(tr.y, tr.a)
+    elif method == "fairicp_mdn":
+        L = densities.MDN(tr.y, tr.a, gen).loglik_matrix(tr.y, tr.a)
     elif method == "fairicp_oracle":
         L = sim.true_loglik(tr.y, tr.a, tr.K, tr.alpha, tr.eps2)
     elif method == "fdl_gauss":
         model = densities.GaussLinearAgivenY.fit(tr.y, tr.a)
         return (lambda e: model.sample(tr.y, rng)), {"density_s": time.process_time() - t0}
+    elif method == "fdl_mdn":
+        mdn = densities.MDN(tr.a, tr.y, gen)
+        return (lambda e: mdn.sample(tr.y, rng)), {"density_s": time.process_time() - t0}
     elif method == "faircp_gauss":
         L_ay = densities.GaussLinearAgivenY.fit(tr.y, tr.a).loglik_matrix(tr.a, tr.y)
         copies = sampler.cp_dummies(L_ay, tr.a, epochs, sweeps, rng)
@@ -59,10 +70,11 @@ def dummy_source(method: str, tr: sim.SimData, sweeps: int, epochs: int,
 
 def jobs_for(setting: Setting, main: bool, p: Any) -> list[tuple[str, float]]:
     """(method, lambda) fits of a setting: the whole grid for ``grid_methods`` at the main setting,
-    else the largest lambda only; the unconstrained model once (lambda = 0); HGR over its mu grid."""
+    else the largest lambda only; the unconstrained model once (lambda = 0); HGR over its mu grid.
+    Settings other than the main one fit ``sweep_methods`` only."""
     top = max(p.lambdas)
     out: list[tuple[str, float]] = []
-    for m in p.methods:
+    for m in (p.methods if main else [m for m in p.methods if m in p.sweep_methods]):
         if m == "unconstrained":
             out.append((m, 0.0))
         elif m == "hgr":
@@ -95,7 +107,7 @@ def run_setting(setting: Setting, main: bool, p: Any, rng: np.random.Generator,
                            lr_dis=p.lr_dis, dis_hidden=p.dis_hidden)
     for method, lam in jobs_for(setting, main, p):
         if method not in sources:
-            sources[method] = dummy_source(method, tr, p.mcmc_sweeps, p.epochs, rng)
+            sources[method] = dummy_source(method, tr, p.mcmc_sweeps, p.epochs, rng, gen)
         dummies, timing = sources[method]
         cfg = adv.TrainConfig(**{**cfg0.__dict__, "lam": lam})
         t1 = time.process_time()
@@ -110,18 +122,23 @@ def run_setting(setting: Setting, main: bool, p: Any, rng: np.random.Generator,
                      "train_s": train_s, "test_s": time.process_time() - t2, "test_build_s": test_s,
                      "dis_acc_last": float(np.mean(fitted.dis_acc[-10:])) if fitted.dis_acc else float("nan"),
                      **timing})
-        if main and lam == max(p.lambdas) and fitted.dis_acc:
+        if main and lam == max(p.lambdas) and fitted.dis_acc and method in DIAG_METHODS:
             diag.setdefault("dis_acc", {})[method] = fitted.dis_acc
-    if main:
-        for m in ("fairicp_est", "fdl_gauss", "faircp_gauss"):
-            if m in sources:
-                draws = np.stack([sources[m][0](e) for e in range(p.epochs)]) if m != "fdl_gauss" else \
-                    np.stack([sources[m][0](e) for e in range(min(p.epochs, 20))])
-                diag.setdefault("ks", {})[m] = fairness.ks_columns(tr.a, draws[:, :, : setting.K]).tolist()
+    ks: dict[str, list[float]] = {}
+    for m in DIAG_METHODS:
+        if m in sources:
+            # 20 draws of the i.i.d. samplers suffice for a KS average; permutations are checked at every epoch
+            draws = np.stack([sources[m][0](e) for e in range(p.epochs if "fdl" not in m else min(p.epochs, 20))])
+            ks[m] = fairness.ks_columns(tr.a_true, draws[:, :, : setting.K]).tolist()
+            if main:
                 diag.setdefault("dummy_col0", {})[m] = draws[0, :, 0].tolist()
+    # the KS distance of a fresh sample of A's own law: the two-sample noise floor the FDL rows are read against
+    fresh = sim.mixture_gamma(len(tr.y), setting.K, rng)[None]
+    ks["fresh_draw"] = fairness.ks_columns(tr.a_true, fresh).tolist()
+    if main:
         diag["a_col0"] = tr.a[:, 0].tolist()
         diag["y"] = tr.y.tolist()
-    return {"rows": rows, "diag": diag}
+    return {"rows": rows, "diag": diag, "ks": ks}
 
 
 def run_seed(params_dict: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -132,15 +149,14 @@ def run_seed(params_dict: dict[str, Any], seed: int) -> dict[str, Any]:
     p = Params(**{k: tuple(v) if isinstance(v, list) else v for k, v in params_dict.items()})
     rng, gen = runtime.generators(seed)
     out: dict[str, Any] = {"seed": seed, "rows": [], "diag": {}}
+    out["ks"] = {}
     for setting, main in settings_of(p):
-        if not main and seed - p.seed >= p.sweep_seeds:
-            continue
         res = run_setting(setting, main, p, rng, gen)
         for r in res["rows"]:
             r["seed"] = seed
         out["rows"] += res["rows"]
+        out["ks"][setting.name] = res["ks"]
         if main:
-            out["ks"] = res["diag"].pop("ks", {})
             out["diag"] = res["diag"]
     return out
 
@@ -158,4 +174,218 @@ def settings_of(p: Any) -> list[tuple[Setting, bool]]:
     for m in p.n_noisy_A:
         if m > 0:
             out += [(Setting(1, alpha, m), False) for alpha in p.alpha_leak]
+    return out
+
+
+@dataclass
+class Results:
+    """Per-seed rows of every fit and reference predictor, diagnostics of the first seed, studies."""
+
+    params: Any
+    rows: pd.DataFrame
+    diag: dict[str, Any]
+    ks: dict[str, dict[str, list]]
+    sampler_study: pd.DataFrame | None = None
+    real: pd.DataFrame | None = None
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run(p: Any) -> Results:
+    """Run every seed (in parallel processes), then the optional sampler study and real data."""
+    start = time.perf_counter()
+    run_p = p.effective()
+    seeds = run_p.seed_list()
+    bar = tqdm(total=len(seeds), desc="seeds", disable=None, leave=False)
+    outs = runtime.parallel_map(run_seed, [(run_p.to_dict(), s) for s in seeds], on_done=bar.update)
+    bar.close()
+    rows = pd.DataFrame([r for o in outs for r in o["rows"]])
+    study = None
+    if run_p.run_sampler_study:
+        from companion.papers.fairicp.sampler_study import run_study
+
+        study = run_study(run_p.sampler_dims, run_p.sampler_reps, run_p.seed)
+    real = None
+    if p.preset == "paper":
+        from companion.papers.fairicp.paper_preset import run_real
+
+        real = run_real(run_p)
+    # ks[setting][method] -> (seeds, K) KS distances of the method's dummies to A
+    ks = {s: {m: [o["ks"][s][m] for o in outs] for m in outs[0]["ks"][s]} for s in outs[0]["ks"]}
+    return Results(p, rows, outs[0]["diag"], ks, study, real, time.perf_counter() - start)
+
+
+def setting_name(K: int, alpha: float) -> str:
+    """Label of a setting-1 configuration, e.g. K5-a0.9."""
+    return f"K{K}-a{alpha:g}"
+
+
+def main_setting(p: Any) -> str:
+    """Label of the setting the claims are read on."""
+    return setting_name(p.K[0], p.alpha_leak[0])
+
+
+def per_seed(results: Results, method: str, lam: float | None, col: str, setting: str | None = None) -> np.ndarray:
+    """``col`` per seed for ``method`` at ``lam`` (None: the reference row) in ``setting`` (default: main);
+    empty when the setting or method was not run."""
+    p = results.params.effective()
+    r = results.rows
+    sel = (r.setting == (setting or main_setting(p))) & (r.method == method)
+    if lam is not None:
+        sel &= np.isclose(r.lam, lam)
+    return r[sel].sort_values("seed")[col].to_numpy(dtype=float)
+
+
+def ks_mean(results: Results, method: str, setting: str | None = None) -> np.ndarray:
+    """Per seed: mean over columns of the KS distance between A and ``method``'s dummies."""
+    s = setting or main_setting(results.params.effective())
+    return np.asarray(results.ks[s][method], dtype=float).reshape(len(results.ks[s][method]), -1).mean(1)
+
+
+SWEEP_KS = (5, 10)  # the K of the per-K ICP-vs-FDL rows; K = 1 is their control
+
+
+def claim_values(results: Results) -> dict[str, Any]:
+    """Each claim's per-seed values (one number for exact ones), and each control's under ``id@control``."""
+    p = results.params.effective()
+    top = max(p.lambdas)
+    alpha = p.alpha_leak[0]
+
+    def at(method: str, col: str, lam: float | None = top, K: int | None = None) -> np.ndarray:
+        return per_seed(results, method, lam, col, setting_name(K, alpha) if K is not None else None)
+
+    unc_k, unc_m, unc_p = (at("unconstrained", c, 0.0) for c in ("kpc", "mse", "pval"))
+    est_k, est_m, est_p = (at("fairicp_est", c) for c in ("kpc", "mse", "pval"))
+    mdn_k, mdn_m = at("fairicp_mdn", "kpc"), at("fairicp_mdn", "mse")
+    orc_k, orc_m = at("fairicp_oracle", "kpc"), at("fairicp_oracle", "mse")
+    fdl_k, fdl_m = at("fdl_gauss", "kpc"), at("fdl_gauss", "mse")
+    fdm_k, fdm_m = at("fdl_mdn", "kpc"), at("fdl_mdn", "mse")
+    ref = {m: {c: at(m, c, None) for c in ("kpc", "mse", "pval")} for m in ("ols", "fair_linear", "unaware")}
+    v: dict[str, Any] = {
+        "eo-kpc-halved": est_k - 0.5 * unc_k,
+        "eo-kpc-halved@unaware": ref["unaware"]["kpc"] - 0.5 * unc_k,
+        "eo-test-fair-p": est_p,
+        "eo-test-fair-p@unconstrained": unc_p,
+        "eo-test-fair-p@unaware": ref["unaware"]["pval"],
+        "eo-test-fair-every-seed": float(np.min(est_p)),
+        "eo-test-fair-every-seed@unconstrained": float(np.min(unc_p)),
+        "eo-test-fair-every-seed@unaware": float(np.min(ref["unaware"]["pval"])),
+        "price-near-optimum": est_m / ref["fair_linear"]["mse"],
+        "price-near-optimum@ols": ref["ols"]["mse"] / ref["fair_linear"]["mse"],
+        "est-vs-oracle-kpc": np.abs(mdn_k - orc_k),
+        "est-vs-oracle-kpc@fdl_mdn": np.abs(fdm_k - orc_k),
+        "est-vs-oracle-mse": np.abs(mdn_m / orc_m - 1),
+        "est-vs-oracle-mse@fdl_mdn": np.abs(fdm_m / orc_m - 1),
+        "icp-vs-fdl-gauss-kpc": est_k - fdl_k,
+        "icp-vs-fdl-gauss-kpc@fdl_mdn": est_k - fdm_k,
+        "icp-vs-fdl-gauss-mse": est_m / fdl_m,
+        "icp-vs-fdl-gauss-mse@fdl_mdn": est_m / fdm_m,
+        "eo-test-unconstrained-rejects": float(np.max(unc_p)),
+        "unconstrained-near-bayes": unc_m / ref["ols"]["mse"],
+        "price-nonnegative": est_m / unc_m,
+        "est-vs-oracle-kpc-gauss": np.abs(est_k - orc_k),
+        "est-vs-oracle-mse-gauss": np.abs(est_m / orc_m - 1),
+        "icp-keeps-marginal": float(np.max(results.ks[main_setting(p)]["fairicp_est"])),
+        "fdl-gauss-shifts-marginal": ks_mean(results, "fdl_gauss") - ks_mean(results, "fresh_draw"),
+    }
+
+    def gap(K: int) -> tuple[np.ndarray, np.ndarray]:
+        """(KPC difference, MSE ratio) of FairICP-MDN against FDL-MDN at K (NaN, judged INCONCLUSIVE, when
+        K was not run: the quick preset has no K = 10)."""
+        if K not in p.K:
+            return np.array([np.nan]), np.array([np.nan])
+        return at("fairicp_mdn", "kpc", K=K) - at("fdl_mdn", "kpc", K=K), at("fairicp_mdn", "mse", K=K) / at("fdl_mdn", "mse", K=K)
+
+    g1 = gap(1)
+    for K in SWEEP_KS:
+        gk = gap(K)
+        v[f"icp-vs-fdl-kpc-K{K}"], v[f"icp-vs-fdl-mse-K{K}"] = gk
+        v[f"icp-vs-fdl-kpc-K{K}@K1"], v[f"icp-vs-fdl-mse-K{K}@K1"] = g1
+    return {k: (x if isinstance(x, float) else [float(y) for y in x]) for k, x in v.items()}
+
+
+def summary(results: Results, setting: str | None = None) -> pd.DataFrame:
+    """Mean over seeds of MSE, KPC, rejection rate at 0.05 and median p-value, per method and lambda."""
+    r = results.rows
+    if setting is not None:
+        r = r[r.setting == setting]
+    r = r.assign(lam=r.lam.fillna(-1), rejected=(r.pval <= 0.05).astype(float))
+    out = r.groupby(["setting", "method", "lam"], sort=False).agg(
+        mse=("mse", "mean"), mse_sd=("mse", "std"), kpc=("kpc", "mean"), kpc_sd=("kpc", "std"),
+        rejected=("rejected", "mean"), median_p=("pval", "median"), seeds=("seed", "nunique"))
+    return out.rename(index={-1.0: "–"}, level="lam").round(3)
+
+
+def gap_table(results: Results) -> pd.DataFrame:
+    """Per K (setting 1, main alpha): FairICP-MDN and FDL-MDN at the largest lambda, their KPC gap and MSE
+    ratio (mean and per seed), and the KS distance of each sampler's dummies to A."""
+    p = results.params.effective()
+    top, alpha = max(p.lambdas), p.alpha_leak[0]
+    rows = []
+    for K in sorted(set(p.K)):
+        s = setting_name(K, alpha)
+        icp_k, fdl_k = per_seed(results, "fairicp_mdn", top, "kpc", s), per_seed(results, "fdl_mdn", top, "kpc", s)
+        icp_m, fdl_m = per_seed(results, "fairicp_mdn", top, "mse", s), per_seed(results, "fdl_mdn", top, "mse", s)
+        rows.append({"K": K, "KPC FairICP-MDN": icp_k.mean(), "KPC FDL-MDN": fdl_k.mean(),
+                     "KPC gap (ICP - FDL)": (icp_k - fdl_k).mean(),
+                     "gap per seed": " ".join(f"{g:+.3f}" for g in icp_k - fdl_k),
+                     "MSE ratio (ICP / FDL)": (icp_m / fdl_m).mean(),
+                     # below 0.5 the predictor has overshot: the flipped-label objective rewards a reversed dependence
+                     "disc. acc. FairICP-MDN": per_seed(results, "fairicp_mdn", top, "dis_acc_last", s).mean(),
+                     "disc. acc. FDL-MDN": per_seed(results, "fdl_mdn", top, "dis_acc_last", s).mean(),
+                     "KS FDL-MDN": ks_mean(results, "fdl_mdn", s).mean(),
+                     "KS fresh draw": ks_mean(results, "fresh_draw", s).mean()})
+    return pd.DataFrame(rows).set_index("K").round(4)
+
+
+def metrics(results: Results) -> dict[str, Any]:
+    """The record's summary: every setting's means per method and lambda (so the full record carries the
+    per-K evidence), KS distances, the sampler study's means, the cost split and wall time."""
+    p = results.params.effective()
+    out: dict[str, Any] = {"setting": main_setting(p), "lambda": max(p.lambdas), "wall_s": round(results.wall_s, 1)}
+    r = results.rows.assign(rejected=(results.rows.pval <= 0.05).astype(float))
+    for (s, m, lam), g in r.groupby(["setting", "method", r.lam.fillna(-1)], sort=False):
+        key = f"{s}.{m}" + ("" if lam < 0 else f"@{lam:g}")
+        for col in ("mse", "kpc", "pval", "rejected", "dis_acc_last"):
+            if col in g and g[col].notna().any():
+                out[f"{key}.{col}"] = float(g[col].mean())
+    for s, by_method in results.ks.items():
+        for m in by_method:
+            out[f"{s}.{m}.ks"] = float(ks_mean(results, m, s).mean())
+    fits = r[~r.reference.astype(bool)]
+    out["train_s_per_fit"] = float(fits.train_s.mean())
+    out["icp_sampling_s"] = float(r.sampling_s.dropna().mean()) if "sampling_s" in r else float("nan")
+    out["density_s"] = float(r.density_s.dropna().mean()) if "density_s" in r else float("nan")
+    out["icp_test_s_per_model"] = float(fits.test_s.mean())
+    out["mse_star"] = sim.fair_linear_oracle(p.K[0], 2.0 * p.K[0])[2]
+    if results.sampler_study is not None:
+        g = results.sampler_study.groupby(["estimator", "K0", "extra_dims"]).mean(numeric_only=True)
+        for (est, K0, extra), row in g.iterrows():
+            out[f"sampler.{est}.K0={K0}.extra={extra}.median_abs_dlogodds"] = float(row.median_abs_dlogodds)
+            out[f"sampler.{est}.K0={K0}.extra={extra}.mean_abs_dprob"] = float(row.mean_abs_dprob)
+    if results.real is not None:
+        out["real"] = results.real.round(4).to_dict(orient="records")
+    return out
+
+
+def glue_values(results: Results) -> dict[str, float]:
+    """Numbers quoted in the page's prose that are not a claim's value (glued by the notebook)."""
+    p = results.params.effective()
+    top = max(p.lambdas)
+    mean = lambda m, lam, c: float(np.mean(per_seed(results, m, lam, c)))  # noqa: E731
+    out = {f"g_{m}_{c}": mean(m, lam, c) for m, lam in (
+        ("unconstrained", 0.0), ("fairicp_est", top), ("fairicp_mdn", top), ("fairicp_oracle", top),
+        ("fdl_gauss", top), ("fdl_mdn", top), ("ols", None), ("fair_linear", None), ("unaware", None))
+        for c in ("mse", "kpc")}
+    out["g_mse_star"] = sim.fair_linear_oracle(p.K[0], 2.0 * p.K[0])[2]
+    out["g_unaware_reject"] = float(np.mean(per_seed(results, "unaware", None, "pval") <= 0.05))
+    out["g_fdl_gauss_ks"] = float(ks_mean(results, "fdl_gauss").mean())
+    out["g_fdl_mdn_ks"] = float(ks_mean(results, "fdl_mdn").mean())
+    out["g_fresh_ks"] = float(ks_mean(results, "fresh_draw").mean())
+    m = metrics(results)
+    for k in ("train_s_per_fit", "icp_sampling_s", "density_s", "icp_test_s_per_model"):
+        out[f"g_{k}"] = float(m[k])
+    out["g_seeds"] = float(len(p.seed_list()))
+    out["g_epochs"] = float(p.epochs)
+    out["g_batch"] = float(p.batch_size)
     return out
