@@ -56,8 +56,10 @@ class Params(BaseParams):
     n_base_pseudo: int = param(1500, lo=300, hi=100_000, help="pseudo-harmful examples of the base model")
     pseudo_refusal_in_base: float = param(1.0, lo=0.5, hi=1.0, help="probability that a base example with a "
                                           "strongest-grade pseudo-harmful context is labelled refuse")
-    pseudo_refusal_min: float = param(0.7, lo=0.5, hi=1.0, help="the same for the weakest of the four grades "
-                                      "(linear between; equal to pseudo_refusal_in_base: one grade)")
+    pseudo_refusal_min: float = param(0.8, lo=0.5, hi=1.0, help="the same for the weakest of the four grades "
+                                      "(linear between; equal to pseudo_refusal_in_base: one grade); 0.7 in a "
+                                      "development run let some seeds' base model comply with part of the "
+                                      "weakest grade (the precondition base-over-refuses failed)")
     target_layer: int = param(-1, lo=-1, hi=79, help="block l* that ACTOR trains; -1: auto (silhouette over the "
                               "intermediate layers, near-ties to the middle)")
     n_anchor: int = param(64, lo=16, hi=512, help="harmful and benign anchor prompts of the refusal direction")

@@ -24,14 +24,16 @@ from companion import runtime
 from companion.claims import worst
 from companion.papers.actor import Params, direction, toy
 from companion.papers.actor import language as lang
-from companion.papers.actor.actor import DirectionAblation, actor, all_layer_outputs, changed_outside, decoder_blocks, read, sft
+from companion.papers.actor.actor import (DirectionAblation, actor, all_layer_outputs, changed_outside,
+                                          decoder_blocks, read, sft)
 
 SETS = ("harmful", "pseudo_id", "pseudo_ood", "benign")
 SFT_LAYER, UNIFORM, LITERAL, BETA0 = "SFT (block l*)", "uniform shift", "ACTOR, literal", "ACTOR, beta 0"
 
 
 # ---------------------------------------------------------------- one seed
-def _variant(base: torch.nn.Module, layer: int, data: lang.SeedData, params: Params, **kw: Any) -> tuple[torch.nn.Module, float]:
+def _variant(base: torch.nn.Module, layer: int, data: lang.SeedData, params: Params,
+             **kw: Any) -> tuple[torch.nn.Module, float]:
     """A copy of ``base`` after ACTOR with ``params`` overridden by ``kw``; and its seconds."""
     model = copy.deepcopy(base)
     q, sign = toy.actor_queries(base, data.train)
@@ -132,7 +134,8 @@ def run_seed(params: Params, seed: int) -> dict[str, Any]:
             m = copy.deepcopy(base)
             out["seconds"][name] = sft(m, batch.input_ids, batch.labels, steps, params.lr,
                                        layer if name == "sft_layer" else None)
-        out["rates"][{"uniform": UNIFORM, "sft_layer": SFT_LAYER, "sft_full": "SFT (all)"}[name]] = toy.rates(m, data.eval)
+        label = {"uniform": UNIFORM, "sft_layer": SFT_LAYER, "sft_full": "SFT (all)"}[name]
+        out["rates"][label] = toy.rates(m, data.eval)
     n_block = sum(p.numel() for p in decoder_blocks(base)[layer].parameters())
     out["trainable_fraction"] = n_block / sum(p.numel() for p in base.parameters())
     return out
@@ -316,5 +319,6 @@ def page_numbers(results: Results, verdicts: list[Any]) -> dict[str, Any]:
            "harm_c_after_min": min((float(np.mean(s["coef_after"]["harmful"])) for s in seeds if s.get("coef_after")),
                                    default=nan)}
     for k in ("shift_over_norm", "cos_after_before", "norm_after_over_before"):
-        out[f"harm_{k}"] = float(np.mean([s["harm_geometry"][k] for s in seeds])) if "harm_geometry" in seeds[0] else nan
+        geometry = [s["harm_geometry"][k] for s in seeds if "harm_geometry" in s]
+        out[f"harm_{k}"] = float(np.mean(geometry)) if geometry else nan
     return out
