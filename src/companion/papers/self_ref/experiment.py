@@ -19,7 +19,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from companion import runtime
-from companion.claims import worst
+from companion.claims import evaluate_all, worst
 from companion.papers.self_ref import Params, qa_data, routing
 from companion.papers.self_ref.pipeline import Condition, SeedOut, run_seed
 
@@ -226,9 +226,21 @@ def summary_table(results: Results) -> pd.DataFrame:
     return pd.DataFrame(data).round(3)
 
 
-def glue_values(results: Results) -> dict[str, float]:
-    """Numbers the page's prose quotes that the claim rows do not carry."""
-    out = {}
+def glue_values(results: Results) -> dict[str, float | str]:
+    """Numbers (and verdicts) the page's prose quotes: means over seeds, every claim's and control's value and
+    verdict, the seed spread of the claims, per-op numbers and the CPU seconds of a seed by stage."""
+    out: dict[str, float | str] = {}
+    from companion.papers import self_ref
+
+    for v in evaluate_all(self_ref.CLAIMS, claim_values(results)):
+        key = v.id.replace("-", "_")
+        out[f"claim_{key}_value"], out[f"claim_{key}_verdict"] = float(v.value), v.verdict
+        if v.kind == "statistical" and len(v.per_seed) > 1:
+            out[f"claim_{key}_sd"] = float(np.std(v.per_seed, ddof=1))
+            out[f"claim_{key}_halfwidth"] = float((v.interval[1] - v.interval[0]) / 2)
+        for c in v.controls:
+            ckey = f"claim_{key}__{c.name.replace('-', '_')}"
+            out[f"{ckey}_value"], out[f"{ckey}_verdict"] = float(c.value), c.verdict
     for cond in ("sharp", "plain"):
         m = measures(results, cond)
         for k in m.columns:
