@@ -359,7 +359,7 @@ def test_icp_dummies_under_a_misspecified_density_keep_the_marginal_and_pairs():
 def test_claim_values_cover_every_claim_and_control():
     from companion.papers.fairicp import experiment
 
-    p = tiny_params(K=(2, 1))  # one seed runs inline (no worker processes)
+    p = tiny_params(K=(2, 1), sampler_dims=(0, 5), sampler_reps=2)  # one seed runs inline (no worker processes)
     res = experiment.run(p)
     values = experiment.claim_values(res)
     for c in paper.CLAIMS:
@@ -368,6 +368,7 @@ def test_claim_values_cover_every_claim_and_control():
             assert c.control_key(ctrl) in values
     assert np.isnan(values["icp-vs-fdl-kpc-K10"]).all()  # K = 10 was not run: NaN, not an invented value
     assert values["icp-keeps-marginal"] == 0.0
+    assert len(values["sampler-icp-closer"]) == 2 and np.isfinite(values["sampler-icp-closer@K0_1"]).all()
     verdicts = {v.id: v for v in paper.check(res)}
     assert set(verdicts) == {c.id for c in paper.CLAIMS}
     assert verdicts["icp-vs-fdl-kpc-K10"].verdict == "INCONCLUSIVE"

@@ -4,7 +4,7 @@ then the run over seeds, the claims' per-seed values and the record's summary.""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -188,7 +188,6 @@ class Results:
     sampler_study: pd.DataFrame | None = None
     real: pd.DataFrame | None = None
     wall_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run(p: Any) -> Results:
@@ -245,6 +244,19 @@ def ks_mean(results: Results, method: str, setting: str | None = None) -> np.nda
 SWEEP_KS = (5, 10)  # the K of the per-K ICP-vs-FDL rows; K = 1 is their control
 
 
+def sampler_log_ratio(results: Results, K0: int, extra: int) -> np.ndarray:
+    """Per repetition of the swap-odds study: log(median |Δ log-odds| of CP / that of ICP) at (K0, extra);
+    positive when ICP's swap odds are closer to the truth (NaN when the study or the cell was not run)."""
+    study = results.sampler_study
+    if study is None:
+        return np.array([np.nan])
+    cell = study[(study.K0 == K0) & (study.extra_dims == extra)]
+    if cell.empty:
+        return np.array([np.nan])
+    wide = cell.pivot(index="rep", columns="estimator", values="median_abs_dlogodds")
+    return np.log(wide["CP: glasso A|Y"].to_numpy() / wide["ICP: ridge Y|A"].to_numpy())
+
+
 def claim_values(results: Results) -> dict[str, Any]:
     """Each claim's per-seed values (one number for exact ones), and each control's under ``id@control``."""
     p = results.params.effective()
@@ -296,6 +308,8 @@ def claim_values(results: Results) -> dict[str, Any]:
             return np.array([np.nan]), np.array([np.nan])
         return at("fairicp_mdn", "kpc", K=K) - at("fdl_mdn", "kpc", K=K), at("fairicp_mdn", "mse", K=K) / at("fdl_mdn", "mse", K=K)
 
+    v["sampler-icp-closer"] = sampler_log_ratio(results, 5, max(p.sampler_dims))
+    v["sampler-icp-closer@K0_1"] = sampler_log_ratio(results, 1, 0)
     g1 = gap(1)
     for K in SWEEP_KS:
         gk = gap(K)

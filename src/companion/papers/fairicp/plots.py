@@ -63,7 +63,7 @@ def plot_pvalues(results: Results):
 
 
 def plot_dummies(results: Results):
-    """Figure 3: histograms of A_1 and of the first-epoch dummies (ICP, FDL-Gauss), and (Y, A_1) scatters."""
+    """Figure 3: histograms of A_1 and of the first-epoch dummies (ICP, FDL-Gauss, FDL-MDN), and (Y, A_1) scatters."""
     from companion.plotting import figure
 
     d = results.diag
@@ -87,7 +87,7 @@ def plot_dummies(results: Results):
 
 
 def plot_settings(results: Results):
-    """Full preset: KPC and MSE per setting for each method at lambda = 0 and the largest lambda."""
+    """Figure 5: KPC and MSE per setting for each method at the largest lambda (unconstrained: lambda = 0)."""
     from companion.plotting import figure
 
     p = results.params.effective()
@@ -111,7 +111,7 @@ def plot_settings(results: Results):
 
 
 def plot_sampler_study(results: Results):
-    """Full preset: swap-probability error vs extra attribute dimensions, ICP (Y|A) vs CP (A|Y)."""
+    """Figure 6: swap-odds errors vs extra attribute dimensions, ICP (Y|A) vs CP (A|Y), per K0."""
     from companion.plotting import figure
 
     s = results.sampler_study
