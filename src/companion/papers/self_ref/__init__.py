@@ -38,8 +38,8 @@ RATES = tuple(round(0.05 * i, 2) for i in range(21))
 class Params(BaseParams):
     """Parameters of the small-scale Self-REF reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(6, lo=1, hi=64, help="number of seeds the claims are evaluated over (quick: 6 for the "
-                       "budget, about 22 CPU s a seed)")
+    seeds: int = param(6, lo=1, hi=64, help="number of seeds the claims are evaluated over (quick: 6, trimmed "
+                       "from 10 for the CPU budget; see the page)")
     ops: tuple[str, ...] = param(OPS, choices=OPS, help="operations of the QA mixture")
     fact_seen_frac: float = param(0.5, lo=0.0, hi=1.0, help="share of FACT triples that appear in pre-training")
     n_layer: int = param(2, lo=1, hi=6, help="layers of the small GPT-2")
@@ -66,7 +66,8 @@ class Params(BaseParams):
     model_path: str = param(local_default(SLUG, "llm"), help="paper preset: local instruct LLM folder "
                             "(Hugging Face format)")
     data_path: str = param(local_default(SLUG, "data"), help="paper preset: folder of <dataset>.jsonl files "
-                           "(prompt, answer, split[, strong_correct])")
+                           "(prompt, answer, split[, strong_correct]); a seed pools every file's test "
+                           "items, the files are its groups, not seeds")
     smoke: bool = param(False, help="paper preset on a tiny budget (a few examples and steps, < 2 min CPU)")
     lora_rank: int = param(16, lo=1, hi=256, help="paper preset: LoRA rank")
 
