@@ -287,7 +287,9 @@ def page_numbers(results: Results, verdicts: list[Any]) -> dict[str, Any]:
 
     ood = m["ood_compliance_gain_per_seed"]
     b0 = _rates(results, BETA0, "utility")
+    gains = _gain(results, "ACTOR")
     out = {"gain": v["over-refusal-reduced"].value, "gain_sft": ctrl("over-refusal-reduced", "sft-layer").value,
+           "gain_min": min(gains), "gain_max": max(gains),
            "gain_literal": v["literal-over-refusal-reduced"].value,
            "pseudo_after": rate("ACTOR", "pseudo_id"), "pseudo_base": rate("base", "pseudo_id"),
            "ood_after": rate("ACTOR", "pseudo_ood"), "ood_min_gain": min(ood), "ood_max_gain": max(ood),
