@@ -16,7 +16,8 @@ projection is taken from the benign mean (``projection_origin``) and a retain te
 block l* from drifting at the other positions. The retain term reads the base model's own greedy
 continuation, never a desired response, so the default stays response-free; the literal loss (no retain
 term, projection from zero) is run beside it. The pseudo-harmful contexts come in four grades of base
-refusal strength, so one shift size cannot fit them all. The ``paper`` preset (:mod:`.paper_preset`) runs
+refusal strength, so that one shift size need not fit them all (the check ``pseudo-graded`` measures whether
+the grades sit at different depths along the refusal direction). The ``paper`` preset (:mod:`.paper_preset`) runs
 ACTOR on a local chat LLM with local prompt sets and a refusal-prefix judge.
 
 This module holds the declarations; the experiment (:mod:`.experiment`), the figures (:mod:`.plots`) and
