@@ -436,3 +436,15 @@ def test_paper_preset_smoke_runs_from_the_cli(tmp_path):
     record = run_paper_smoke("fairicp", tmp_path / "run", data_path=data)
     assert record["status"] == "ok"
     assert {r["dataset"] for r in record["metrics"]["real"]} == set(paper_preset.LOADERS)
+
+
+def test_rows_at_bar_names_intervals_that_contain_the_threshold():
+    from companion.claims import Claim, evaluate_all
+    from companion.papers.fairicp.experiment import rows_at_bar
+
+    rows = [Claim("far", "s", "p", 0.0, "<=", controls=("c",)), Claim("near", "s", "p", 1.0, ">=", role="check"),
+            Claim("exact", "s", "p", 0.5, ">=", kind="exact", role="check")]
+    verdicts = evaluate_all(rows, {"far": [-1.0, -1.1, -0.9], "far@c": [0.1, -0.2, 0.05],
+                                   "near": [0.9, 1.2, 1.0], "exact": 0.5})
+    assert rows_at_bar(verdicts) == "far@c, near"
+    assert rows_at_bar(verdicts[2:]) == "none"

@@ -174,7 +174,7 @@ CLAIMS: list[Claim] = [
 ]
 
 __getattr__, __dir__ = exports(__name__, {
-    "experiment": ("run", "claim_values", "Results", "summary", "gap_table", "glue_values", "main_setting",
+    "experiment": ("run", "claim_values", "Results", "summary", "gap_table", "glue_values", "rows_at_bar", "main_setting",
                    "per_seed"),
     "plots": ("plot_tradeoff", "plot_pvalues", "plot_dummies", "plot_gap_by_k", "plot_settings",
               "plot_sampler_study", "METHOD_LABELS"),

@@ -403,3 +403,14 @@ def glue_values(results: Results) -> dict[str, float]:
     out["g_epochs"] = float(p.epochs)
     out["g_batch"] = float(p.batch_size)
     return out
+
+
+def rows_at_bar(verdicts: list) -> str:
+    """Ids of the statistical rows and controls whose 95 % interval contains their bar (named on the page:
+    such a row can move between HOLDS/FAILS and INCONCLUSIVE at another base seed)."""
+    out = []
+    for v in verdicts:
+        for name, interval in [(v.id, v.interval)] + [(f"{v.id}@{c.name}", c.interval) for c in v.controls]:
+            if interval is not None and np.all(np.isfinite(interval)) and min(interval) <= v.threshold <= max(interval):
+                out.append(name)
+    return ", ".join(out) or "none"
