@@ -47,7 +47,8 @@ def neighbours(w: np.ndarray, rng: np.random.Generator, knn: int = 1) -> np.ndar
 
 
 def kernel_scale(yhat: np.ndarray) -> float:
-    """s of the Gaussian kernel: 1 / (2 median pairwise squared distance) of yhat (at most 2000 rows)."""
+    """s of the Gaussian kernel: 1 / (2 median(pairwise distance)^2) of yhat (at most 2000 rows), the R
+    package's default ``rbfdot(1/(2*median(dist(Y))^2))``."""
     yhat = as_2d(yhat)[:MEDIAN_SUBSAMPLE]
     med = float(np.median(pdist(yhat)))
     return 1.0 / (2.0 * med * med) if med > 0 else 1.0
