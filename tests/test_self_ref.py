@@ -342,3 +342,14 @@ def test_cached_confidence_step_equals_the_full_pass_on_distinct_confidence_rows
     assert np.std(full) > 1e-3
     np.testing.assert_allclose([c for _, c in cached], full, atol=1e-5)
     assert [a for a, _ in cached] == [lm.msp_query(model, p)[0] for p in prompts]
+
+
+def test_mask_ablation_reports_accuracy_and_auroc_of_the_unmasked_model():
+    from companion.papers.self_ref.pipeline import run_seed
+
+    p = sr.Params.resolve(seeds=1, base_steps=100, sharpen_steps=0, selfref_steps=50, batch_size=16, mask_ablation=True)
+    res = sr.Results(p, [run_seed(p.to_dict(), 0)], np.asarray(p.routing_rates), "tiny", 0.0)
+    c = res.seeds[0].conditions["plain"]
+    assert c.ok_unmasked is not None and c.conf_unmasked.shape == c.conf.shape
+    plain = sr.metrics(res)["plain"]
+    assert plain["acc_unmasked"] == round(float(c.ok_unmasked.mean()), 4) and "auroc_unmasked" in plain
