@@ -374,6 +374,11 @@ def test_claim_values_cover_every_claim_and_control():
     assert verdicts["icp-vs-fdl-kpc-K10"].verdict == "INCONCLUSIVE"
     m = experiment.metrics(res)
     assert "K1-a0.9.fdl_mdn@0.9.kpc" in m and "K2-a0.9.fairicp_oracle@0.9.kpc" in m
+    table = experiment.gap_table(res)
+    assert list(table.index) == [1, 2]
+    kpc_of = lambda m: experiment.per_seed(res, m, 0.9, "kpc", "K2-a0.9")  # noqa: E731
+    assert np.isclose(table.loc[2, "KPC gap (ICP - FDL)"], (kpc_of("fairicp_mdn") - kpc_of("fdl_mdn")).mean(), atol=1e-4)
+    assert set(experiment.glue_values(res)) >= {"g_fairicp_mdn_kpc", "g_fdl_mdn_ks", "g_fresh_ks"}
 
 
 def test_params_are_validated_before_compute(tmp_path):

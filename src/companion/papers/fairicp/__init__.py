@@ -2,7 +2,8 @@
 
 https://arxiv.org/abs/2404.05678 · official code ``yuhenglai/FairICP`` (MIT).
 
-Reproduced: the official simulation (setting 1; setting 2 and a K x alpha sweep in ``full``) with
+Reproduced: the official simulation (setting 1 at alpha = 0.9, K in {5, 1} quick and {5, 1, 10} full;
+alpha = 0.6 and setting 2 in ``paper``) with
 adversarial equalized-odds training whose dummy attributes come from inverse conditional permutation
 (FairICP: a Gaussian-linear or a mixture-density-network (MDN) estimate of Y | A, and the true
 density), from a model of A | Y (FDL: the same MDN family, and a misspecified Gaussian kept as a
@@ -10,7 +11,7 @@ variant), from permuting A under the Gaussian model (FairCP-Gauss, ``paper``) or
 (``paper``); KPC and the ICP test of EO; the analytic EO-fair linear optimum and plain OLS as the
 anchor and the control of the price of fairness; FairICP-MDN against FDL-MDN per K in {1, 5, 10}
 (K = 1 is the control: both densities are 1-D there); the swap-odds estimation study of ``ICP_CP.R``
-with linear-Gaussian estimators (``full``); the real datasets (``paper``, from ``data_path``: FairICP
+with linear-Gaussian estimators (every preset); the real datasets (``paper``, from ``data_path``: FairICP
 against the unconstrained model only).
 
 Written by hand: everything. The official code is TensorFlow (MAF densities) + PyTorch + R (``KPC``);
