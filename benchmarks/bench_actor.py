@@ -26,7 +26,7 @@ def main(steps: int = 100, layer: int = 1, rounds: int = 7) -> None:
     data = lang.seed_data(0, 300, 300, 300, 1.0, 64, 32, 100)
     base = toy.build(3, 64, 0)
     _, _, batch = toy.training_queries(data.train)
-    q, sign = toy.actor_queries(base, data.train)
+    q, sign, _ = toy.actor_queries(base, data.train)
     anchors = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
     with torch.no_grad():
         full = base(input_ids=batch.input_ids, output_hidden_states=True).hidden_states[layer + 1]

@@ -57,9 +57,13 @@ def test_targets_signs_and_alpha_zero():
     assert torch.equal(direction.targets(a, r, sign, 0.0), a)
     t = direction.targets(a, r, sign, 1.0)
     assert bool((t[:3] @ r > a[:3] @ r).all()) and bool((t[3:] @ r < a[3:] @ r).all())
-    u = direction.targets(a, r, sign, 1.0, uniform=True)
+    groups = torch.tensor([0, 0, 0, 1, 1, 2])
+    u = direction.targets(a, r, sign, 1.0, groups=groups)
     shift = ((u - a) @ r).abs()
-    torch.testing.assert_close(shift, torch.full_like(shift, float((a @ r).mean())))
+    c = a @ r
+    torch.testing.assert_close(shift, torch.stack([c[:3].mean()] * 3 + [c[3:5].mean()] * 2 + [c[5]]))
+    one_group = direction.targets(a, r, sign, 1.0, groups=torch.zeros(6, dtype=torch.long))
+    torch.testing.assert_close(((one_group - a) @ r).abs(), c.mean().expand(6))
     h = a.clone().requires_grad_(True)
     loss = direction.cosine_loss(h, direction.targets(a, r, sign, 0.0))
     loss.backward()
@@ -86,7 +90,7 @@ def test_truncated_forward_equals_full_hidden_states(small):
 
 def test_actor_changes_only_block_l_and_is_deterministic(small):
     model, data = small
-    q, sign = toy.actor_queries(model, data.train)
+    q, sign, _ = toy.actor_queries(model, data.train)
     anchors = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
     runs = []
     for _ in range(2):
@@ -103,7 +107,7 @@ def test_actor_changes_only_block_l_and_is_deterministic(small):
 
 def test_actor_moves_pseudo_projection_down(small):
     model, data = small
-    q, sign = toy.actor_queries(model, data.train)
+    q, sign, _ = toy.actor_queries(model, data.train)
     ah, ab = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
     with torch.no_grad():
         r = direction.refusal_direction(read(model, 1, ah), read(model, 1, ab))
@@ -186,7 +190,9 @@ def test_grades_cycle_over_contexts_and_set_the_base_labels():
 
 def test_actor_queries_are_response_free(small):
     model, data = small
-    q, sign = toy.actor_queries(model, data.train)
+    q, sign, group = toy.actor_queries(model, data.train)
+    sizes = [len(data.train[k]) for k in ("harmful", "pseudo", "benign")]
+    assert torch.bincount(group).tolist() == sizes and torch.equal(sign, torch.where(group == 0, 1.0, -1.0))
     _, _, desired = toy.training_queries(data.train)
     assert torch.equal(q.ids[:, :lang.PROMPT_LEN], desired.input_ids[:, :lang.PROMPT_LEN])
     with torch.no_grad():  # the continuation is the model's own greedy choice, token by token

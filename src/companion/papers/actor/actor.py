@@ -124,7 +124,7 @@ def fp32_block(model: nn.Module, layer: int) -> None:
 
 def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign: Queries, train: Queries,
           sign: Tensor, alpha: float, beta: float, origin: str, epochs: int, steps: int, lr: float,
-          uniform: bool = False) -> float:
+          groups: Tensor | None = None) -> float:
     """Fine-tune block ``layer`` of ``model`` in place with the projection-calibrated loss (+ retain term);
     return the seconds taken."""
     if origin not in direction.ORIGINS:
@@ -144,7 +144,7 @@ def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign
             a_h, a_b = read(model, layer, anchors_harmful), read(model, layer, anchors_benign)
             r_hat = direction.refusal_direction(a_h, a_b)
             centre = a_b.mean(0) if origin == "benign_mean" else None
-            t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, uniform)
+            t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, groups)
         for _ in range(steps):
             h = layer_output(model, layer, train.ids, train.mask).float()
             loss = direction.cosine_loss(h[rows, train.read], t)

@@ -37,15 +37,16 @@ def coefficient(a: Tensor, r_hat: Tensor, origin: Tensor | None = None) -> Tenso
 
 
 def targets(a: Tensor, r_hat: Tensor, sign: Tensor, alpha: float, origin: Tensor | None = None,
-            uniform: bool = False) -> Tensor:
+            groups: Tensor | None = None) -> Tensor:
     """t_q = a_q + sign_q alpha c_q r^ (sign +1 harmful, -1 benign / pseudo-harmful).
 
-    ``uniform``: every query is shifted by the mean c over the queries instead of its own c_q (the
-    uniform-shift baseline; the per-query shift is the paper's "just enough" shift).
+    ``groups`` (the uniform-shift baseline): every query is shifted by the mean c of its group (harmful,
+    pseudo-harmful, benign) instead of its own c_q. Per group, so that the one size is the right one on
+    average for the prompts it shifts; the per-query shift is the paper's "just enough" shift.
     """
     c = coefficient(a, r_hat, origin)
-    if uniform:
-        c = torch.full_like(c, float(c.mean()))
+    if groups is not None:
+        c = torch.stack([c[groups == g].mean() for g in groups.tolist()])
     return a + (sign * alpha * c)[:, None] * r_hat
 
 

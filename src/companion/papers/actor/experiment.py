@@ -32,12 +32,14 @@ SFT_LAYER, UNIFORM, LITERAL, BETA0 = "SFT (block l*)", "uniform shift", "ACTOR, 
 
 
 # ---------------------------------------------------------------- one seed
-def _variant(base: torch.nn.Module, layer: int, data: lang.SeedData, params: Params,
+def _variant(base: torch.nn.Module, layer: int, data: lang.SeedData, params: Params, uniform: bool = False,
              **kw: Any) -> tuple[torch.nn.Module, float]:
-    """A copy of ``base`` after ACTOR with ``params`` overridden by ``kw``; and its seconds."""
+    """A copy of ``base`` after ACTOR with ``params`` overridden by ``kw`` (``uniform``: one shift size per
+    query group); and its seconds."""
     model = copy.deepcopy(base)
-    q, sign = toy.actor_queries(base, data.train)
-    opts = dict(alpha=params.alpha, beta=params.beta_retain, origin=params.projection_origin, uniform=False)
+    q, sign, group = toy.actor_queries(base, data.train)
+    opts: dict[str, Any] = dict(alpha=params.alpha, beta=params.beta_retain, origin=params.projection_origin,
+                                groups=group if uniform else None)
     opts.update(kw)
     seconds = actor(model, layer, toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"]), q, sign,
                     epochs=params.epochs, steps=params.steps_per_epoch, lr=params.lr, **opts)

@@ -57,13 +57,16 @@ def training_queries(train: dict[str, np.ndarray]) -> tuple[Queries, Tensor, lan
     return q, sign, batch
 
 
-def actor_queries(model: nn.Module, train: dict[str, np.ndarray]) -> tuple[Queries, Tensor]:
+def actor_queries(model: nn.Module, train: dict[str, np.ndarray]) -> tuple[Queries, Tensor, Tensor]:
     """ACTOR's training queries without desired responses: each prompt followed by ``model``'s own greedy
-    continuation, read at ``<ast>``; and the sign of the shift (+1 harmful, -1 pseudo-harmful and benign)."""
-    prompts = np.concatenate([train["harmful"], train["pseudo"], train["benign"]])
+    continuation, read at ``<ast>``; the sign of the shift (+1 harmful, -1 pseudo-harmful and benign); and
+    each query's group (0 harmful, 1 pseudo-harmful, 2 benign)."""
+    sets = [train["harmful"], train["pseudo"], train["benign"]]
+    prompts = np.concatenate(sets)
     ids, mask = own_continuations(model, prompts)
-    sign = torch.where(torch.arange(len(prompts)) < len(train["harmful"]), 1.0, -1.0)
-    return Queries(ids, mask, torch.full((len(prompts),), lang.PROMPT_LEN - 1)), sign
+    group = torch.cat([torch.full((len(s),), g) for g, s in enumerate(sets)])
+    sign = torch.where(group == 0, 1.0, -1.0)
+    return Queries(ids, mask, torch.full((len(prompts),), lang.PROMPT_LEN - 1)), sign, group
 
 
 def own_continuations(model: nn.Module, prompts: np.ndarray, n_tokens: int = 6) -> tuple[Tensor, Tensor]:
