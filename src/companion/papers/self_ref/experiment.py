@@ -100,7 +100,7 @@ def seed_measures(out: SeedOut, cond: str, rates: np.ndarray, report_rate: float
               # random routing of this scorer's own answers: the line its routing gain is measured against
               f"auc_random_{k}": routing.auc(rates, rnd), f"rstar_random_{k}": routing.rate_to_match(rates, rnd, target)}
     m |= {"auc_oracle": routing.auc(rates, routing.oracle_accuracy(c.ok_sr, strong, rates)),
-          "acc_strong": float(strong.mean()),
+          "acc_strong": float(strong.mean()), "n_test": float(len(strong)),
           "ece_selfref": routing.ece(c.conf, c.ok_sr), "ece_msp": routing.ece(c.msp, c.ok_base),
           "unk_auroc_selfref": _unk_auroc(c.conf, c.ok_sr, c.conf_unans),
           "unk_auroc_msp": _unk_auroc(c.msp, c.ok_base, c.msp_unans),
@@ -158,7 +158,8 @@ def claim_values(results: Results) -> dict[str, Any]:
     put("rstar-vs-random", lambda f, k: f[f"rstar_random_{k}"] - f[f"rstar_{k}"], sh, both)
     for key in [k for k in out if k.split("@")[0] == "route-vs-msp"]:
         cid, at, ctrl = key.partition("@")
-        out[f"{cid}-every-seed{at}{ctrl}"] = worst(out[key], ">=")
+        items = (np.asarray(out[key]) * sh["n_test"].to_numpy()).round()  # test items gained, per seed
+        out[f"{cid}-every-seed{at}{ctrl}"] = worst(items, ">=")
     out["answers-kept"] = (sh["acc_selfref"] - sh["acc_msp"]).tolist()
     return out
 

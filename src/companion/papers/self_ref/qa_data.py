@@ -158,7 +158,9 @@ def make_mixture(ops: tuple[str, ...], fact_seen_frac: float, rng: np.random.Gen
             parts[k].append(Split(np.full(len(idx), o), abc[idx], table[idx],
                                   np.concatenate([np.ones(len(kn), bool), np.zeros(len(un), bool)])))
     splits = {k: concat(v) for k, v in parts.items()}
-    test = splits["T"]
+    # routing breaks score ties by index: in operation order, an operation-level score would route SUM
+    # (or known facts) first; shuffled, its ties fall at random within an operation
+    test = splits["T"].take(rng.permutation(len(splits["T"])))
     pick = rng.integers(0, len(test), n_unanswerable)
     unk_op = np.zeros(n_unanswerable, dtype=bool)
     unk_op[: n_unanswerable // 2] = True
