@@ -51,7 +51,7 @@ class Params(BaseParams):
     n_test: int = param(400, lo=100, hi=20000, help="test rows per setting")
     lambdas: tuple[float, ...] = param((0.0, 0.9), lo=0.0, hi=0.99, help="adversarial weights; the largest is the claims' lambda")
     methods: tuple[str, ...] = param(REQUIRED, choices=METHODS, help="methods fitted")
-    grid_methods: tuple[str, ...] = param((), choices=METHODS, help="methods run over the whole lambda grid (others: largest lambda)")
+    grid_methods: tuple[str, ...] = param((), choices=METHODS, min_len=0, help="methods run over the whole lambda grid (others: largest lambda)")
     sweep_methods: tuple[str, ...] = param(("fairicp_mdn", "fdl_mdn"), choices=METHODS,
                                            help="methods fitted in the settings other than the main one")
     hgr_mus: tuple[float, ...] = param((1.0, 4.0, 16.0), lo=0.0, hi=100.0, help="HGR penalty weights mu")
