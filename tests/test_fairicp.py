@@ -366,12 +366,12 @@ def test_claim_values_cover_every_claim_and_control():
         assert c.id in values
         for ctrl in c.controls:
             assert c.control_key(ctrl) in values
-    assert np.isnan(values["icp-vs-fdl-kpc-K10"]).all()  # K = 10 was not run: NaN, not an invented value
+    assert np.isnan(values["icp-vs-fdl-kpc-k10"]).all()  # K = 10 was not run: NaN, not an invented value
     assert values["icp-keeps-marginal"] == 0.0
     assert len(values["sampler-icp-closer"]) == 2 and np.isfinite(values["sampler-icp-closer@K0_1"]).all()
     verdicts = {v.id: v for v in paper.check(res)}
     assert set(verdicts) == {c.id for c in paper.CLAIMS}
-    assert verdicts["icp-vs-fdl-kpc-K10"].verdict == "INCONCLUSIVE"
+    assert verdicts["icp-vs-fdl-kpc-k10"].verdict == "INCONCLUSIVE"
     m = experiment.metrics(res)
     assert "K1-a0.9.fdl_mdn@0.9.kpc" in m and "K2-a0.9.fairicp_oracle@0.9.kpc" in m
     table = experiment.gap_table(res)

@@ -129,15 +129,15 @@ CLAIMS: list[Claim] = [
           "<=", controls=("fdl_mdn",)),
     Claim("est-vs-oracle-mse", "|MSE(FairICP-MDN) / MSE(FairICP-oracle) - 1| per seed (<= 0.10); control: the same "
           "for FDL-MDN", "estimated density tracks the true one (Fig. 2)", 0.10, "<=", controls=("fdl_mdn",)),
-    Claim("icp-vs-fdl-kpc-K5", "K = 5: KPC(FairICP-MDN) - KPC(FDL-MDN) at the largest lambda, paired per seed "
+    Claim("icp-vs-fdl-kpc-k5", "K = 5: KPC(FairICP-MDN) - KPC(FDL-MDN) at the largest lambda, paired per seed "
           "(<= 0, judged on the interval: FairICP lower); control: the same at K = 1, where both densities are 1-D",
           "FairICP matches or beats FDL, more so as K grows (Fig. 2)", 0.0, "<=", controls=("K1",)),
-    Claim("icp-vs-fdl-kpc-K10", "K = 10 (full preset only): KPC(FairICP-MDN) - KPC(FDL-MDN), paired per seed (<= 0); "
+    Claim("icp-vs-fdl-kpc-k10", "K = 10 (full preset only): KPC(FairICP-MDN) - KPC(FDL-MDN), paired per seed (<= 0); "
           "control: the same at K = 1", "FairICP matches or beats FDL, more so as K grows (Fig. 2)", 0.0, "<=",
           controls=("K1",)),
-    Claim("icp-vs-fdl-mse-K5", "K = 5: MSE(FairICP-MDN) / MSE(FDL-MDN) at the largest lambda (<= 1.05); control: "
+    Claim("icp-vs-fdl-mse-k5", "K = 5: MSE(FairICP-MDN) / MSE(FDL-MDN) at the largest lambda (<= 1.05); control: "
           "the same at K = 1", "FairICP matches or beats FDL (Fig. 2)", 1.05, "<=", controls=("K1",)),
-    Claim("icp-vs-fdl-mse-K10", "K = 10 (full preset only): MSE(FairICP-MDN) / MSE(FDL-MDN) (<= 1.05); control: "
+    Claim("icp-vs-fdl-mse-k10", "K = 10 (full preset only): MSE(FairICP-MDN) / MSE(FDL-MDN) (<= 1.05); control: "
           "the same at K = 1", "FairICP matches or beats FDL (Fig. 2)", 1.05, "<=", controls=("K1",)),
     Claim("icp-vs-fdl-gauss-kpc", "variant with the misspecified Gaussian A | Y: KPC(FairICP-est) - KPC(FDL-Gauss) "
           "(<= 0); control: the same against FDL-MDN (if the gain comes from the Gaussian's misfit, it goes)",

@@ -310,8 +310,8 @@ def claim_values(results: Results) -> dict[str, Any]:
     g1 = gap(1)
     for K in SWEEP_KS:
         gk = gap(K)
-        v[f"icp-vs-fdl-kpc-K{K}"], v[f"icp-vs-fdl-mse-K{K}"] = gk
-        v[f"icp-vs-fdl-kpc-K{K}@K1"], v[f"icp-vs-fdl-mse-K{K}@K1"] = g1
+        v[f"icp-vs-fdl-kpc-k{K}"], v[f"icp-vs-fdl-mse-k{K}"] = gk
+        v[f"icp-vs-fdl-kpc-k{K}@K1"], v[f"icp-vs-fdl-mse-k{K}@K1"] = g1
     return {k: (x if isinstance(x, float) else [float(y) for y in x]) for k, x in v.items()}
 
 
