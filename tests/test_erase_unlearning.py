@@ -243,13 +243,13 @@ def tiny_llm_and_task(tmp_path_factory):
 
 
 def test_task_file_layouts(tmp_path):
-    from companion.papers.erase_unlearning import paper_llm
+    from companion.papers.erase_unlearning import paper_preset
 
     (tmp_path / "a.json").write_text(json.dumps({"examples": [{"input": "x", "target_scores": {"p": 0, "q": 1}}]}))
     (tmp_path / "b.json").write_text(json.dumps({"examples": {"1": {"input": "y", "output": "r"}}}))
     (tmp_path / "c.jsonl").write_text('{"input": "z", "output": "s"}\n')
-    files = paper_llm.task_files(str(tmp_path))
-    assert [paper_llm.read_examples(f) for f in files] == [[("x", "q")], [("y", "r")], [("z", "s")]]
+    files = paper_preset.task_files(str(tmp_path))
+    assert [paper_preset.read_examples(f) for f in files] == [[("x", "q")], [("y", "r")], [("z", "s")]]
 
 
 @pytest.mark.slow

@@ -5,7 +5,12 @@ projection (independent of the data, so it never has to be unlearned), clustered
 and for each final centroid, in centroid order, the nearest example not chosen yet becomes an
 in-context demonstration (ties to the lowest id). Unlearning a point runs the Q-k-means
 certificate; when it passes the prompt is unchanged unless the point was a demonstration (then
-the selection is redone from that centroid on); when it fails, Q-k-means is retrained on the rest.
+the selection is redone from that centroid on); when it fails, Q-k-means is retrained on the rest
+with the SAME k-means++ seeds (by id) and lattice phases, unless the point is itself a seed (then
+with fresh randomness). That makes unlearning exact in distribution: conditioned on x not being a
+seed, k-means++ on D draws its seeds as k-means++ on D minus x does, and the phases do not depend on
+the data. ``refit="fresh"`` keeps the reference code's rule (every failed certificate retrains with
+fresh randomness), which is not exact in distribution: it is the control of that finding.
 The random-k baseline and the per-class variant live here too.
 """
 
@@ -19,13 +24,15 @@ import numpy as np
 
 from companion.papers.erase_unlearning import qkmeans as qk
 
+REFITS = ("coupled", "fresh")
+
 
 @dataclass(frozen=True)
 class Deletion:
     """One unlearning request: which path it took, counted FLOPs and wall seconds."""
 
     pid: int
-    path: str  # certified | certified-selected | recluster | random-replace | random-keep
+    path: str  # certified | certified-selected | recluster | recluster-seed | recluster-fresh | random-*
     flops: int
     seconds: float
 
@@ -55,9 +62,14 @@ def select(state: qk.State, start: int = 0, chosen: np.ndarray | None = None) ->
 class Erase:
     """A Q-k-means model plus its k demonstrations, with exact unlearning."""
 
-    def __init__(self, Z: np.ndarray, ids: np.ndarray, cfg: qk.Config, rng: np.random.Generator) -> None:
-        """``Z``: projected embeddings (n, d'); ``ids``: sorted point ids; ``rng`` draws all randomness."""
+    def __init__(self, Z: np.ndarray, ids: np.ndarray, cfg: qk.Config, rng: np.random.Generator,
+                 refit: str = "coupled") -> None:
+        """``Z``: projected embeddings (n, d'); ``ids``: sorted point ids; ``rng`` draws all randomness;
+        ``refit``: ``coupled`` (same seeds and phases unless x is a seed) or ``fresh`` (the control)."""
+        if refit not in REFITS:
+            raise ValueError(f"refit must be one of {REFITS}, not {refit!r}")
         self.rng = rng
+        self.refit = refit
         self.state = qk.fit_random(qk.to_fixed(Z), np.asarray(ids), cfg, rng)
         self.selected = select(self.state)
 
@@ -83,13 +95,19 @@ class Erase:
                 self.selected = select(st, j, self.selected)
                 flops += qk.flops_distances(n, k - j, self.d) + n * (k - j)
                 path = "certified-selected"
+        elif self.refit == "coupled" and r not in st.init_rows:
+            st.alive[r] = False
+            self.state = qk.coupled_retrain(st)
+            self.selected = select(self.state)
+            flops += qk.flops_lloyd(n, k, self.d, st.cfg.iters) + qk.flops_distances(n, k, self.d) + n * k
+            path = "recluster"
         else:
             X, ids = qk.compact(st)
             keep = ids != pid
             self.state = qk.fit_random(X[keep], ids[keep], st.cfg, self.rng)
             self.selected = select(self.state)
             flops += qk.flops_fit(n, k, self.d, st.cfg.iters) + qk.flops_distances(n, k, self.d) + n * k
-            path = "recluster"
+            path = "recluster-seed" if r in st.init_rows else "recluster-fresh"
         return Deletion(int(pid), path, int(flops), time.perf_counter() - start)
 
 
@@ -119,7 +137,7 @@ class PerClassErase:
     """The per-class variant: one ERASE model with ceil(k / C) clusters per class; prompts concatenated."""
 
     def __init__(self, Z: np.ndarray, ids: np.ndarray, labels: np.ndarray, cfg: qk.Config,
-                 rng: np.random.Generator) -> None:
+                 rng: np.random.Generator, refit: str = "coupled") -> None:
         """Split by label and fit one model per class on that class's points (classes with too few points are skipped)."""
         classes = np.unique(labels)
         per = math.ceil(cfg.k / len(classes))
@@ -129,7 +147,8 @@ class PerClassErase:
             rows = np.flatnonzero(labels == c)
             if len(rows) >= per:
                 m_c = cfg.m * cfg.k / per * len(rows) / len(labels)  # the same gamma: m = gamma n0 / k
-                self.models[int(c)] = Erase(Z[rows], np.asarray(ids)[rows], qk.Config(per, cfg.iters, cfg.eps, m_c), rng)
+                self.models[int(c)] = Erase(Z[rows], np.asarray(ids)[rows], qk.Config(per, cfg.iters, cfg.eps, m_c), rng,
+                                         refit)
 
     @property
     def selected(self) -> np.ndarray:

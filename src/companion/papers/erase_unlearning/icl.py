@@ -59,7 +59,3 @@ class LLMClassifier:
                       for r, lab in enumerate(self.label_ids)]
             out.append(self.labels[int(np.argmax(scores))])
         return out
-
-    def flops_per_query(self, n_params: int, prompt_tokens: int) -> float:
-        """Forward FLOPs of one scored query: 2 N per token, over the prompt and every candidate."""
-        return 2.0 * n_params * (prompt_tokens + sum(map(len, self.label_ids)))

@@ -13,7 +13,7 @@ Written by hand, after reading the reference code ``tginart/deletion-efficient-k
   a point's assignment does not depend on which other rows are present.
 
 A certified deletion leaves the trajectory identical to training on the remaining data with the
-same initial seeds and the same lattice phases; a failed one retrains with fresh randomness.
+same initial seeds and the same lattice phases (:func:`coupled_retrain` builds that twin).
 """
 
 from __future__ import annotations
@@ -243,6 +243,11 @@ def flops_fit(n: int, k: int, d: int, iters: int) -> int:
     init = flops_distances(n, k, d) + 2 * n * k
     step = flops_distances(n, k, d) + n * d + 7 * k * d
     return init + iters * step
+
+
+def flops_lloyd(n: int, k: int, d: int, iters: int) -> int:
+    """T Lloyd steps from given seeds (a coupled retrain: no k-means++ pass)."""
+    return iters * (flops_distances(n, k, d) + n * d + 7 * k * d)
 
 
 def flops_certificate(steps: int, d: int) -> int:

@@ -63,8 +63,9 @@ def smoke_params(params):
 
 
 def run_paper(params):
-    """Every task file x every seed with the LLM learner, then the synthetic scaling sweep and holistic cost."""
-    from companion.papers import erase_unlearning as eu
+    """Every task file x every seed with the LLM learner, then the synthetic scaling sweep, the
+    exact-in-distribution draws (model-free) and the holistic cost."""
+    from companion.papers.erase_unlearning import experiment as eu
     from companion.models import causal_lm
 
     start = time.perf_counter()
@@ -109,8 +110,8 @@ def run_paper(params):
 
             per_seed.append(eu.run_seed(p, task, s, learner))
     sweep = eu.scaling(params)
-    return eu.Results(params, eu.embed.MINILM + f" on {len(task_files(params.data_path))} BBII task file(s)",
+    return eu.Results(params, embed.MINILM + f" on {len(task_files(params.data_path))} BBII task file(s)",
                       f"local LLM at model_path ({n_llm / 1e6:.1f}M parameters), label scoring",
                       per_seed, sweep, eu.holistic(replace(params, llm_params_for_cost=float(n_llm),
                                                            n_train=int(np.mean(sizes))), per_seed),
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, [eu.distribution_draws(params, s) for s in params.seed_list()])
