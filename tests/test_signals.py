@@ -61,8 +61,14 @@ def test_an_interrupted_pool_ends_its_workers_instead_of_waiting_for_them():
 
     def interrupt_soon() -> None:  # the main thread is then waiting on the two 30 s jobs
         workers.extend(_pool_workers())
-        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        # To the main thread itself, so that the test does not depend on which thread the kernel picks
+        # for a process-directed signal: in another thread it only sets Python's flag, which a main
+        # thread blocked in its wait sees when a 30 s job ends.
+        threading.Timer(0.3, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
 
+    # A test that ran earlier in this process and left SIGINT ignored would make this one fail for
+    # that reason, so say so instead.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         runtime.parallel_map(time.sleep, [(0,), (30,), (30,)], workers=2, on_done=interrupt_soon)
