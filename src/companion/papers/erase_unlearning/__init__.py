@@ -33,6 +33,11 @@ from companion.contract import exports
 from companion.params import BaseParams, ParamError, local_default, param, require_path
 
 SLUG = "erase-unlearning"
+PAPER_PRESET = ("the paper's setting from local files: ERASE prompts for a local instruct LLM (model_path) on "
+                "BBII task files (data_path), answering by the best-scoring label; SISA fine-tunes MLP heads on "
+                "MiniLM embeddings, not LoRA adapters on the LLM; the exact-in-distribution test and the scaling "
+                "sweep are model-free and run as in the toy; the claims' bars are the toy's (no paper numbers "
+                "were retrieved); smoke=true runs it on a few queries and deletions")
 
 
 @dataclass(frozen=True)
