@@ -16,17 +16,19 @@ from companion.models import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures import pretrained_dax
 from companion.papers.extractive_structures.weight_deltas import delta_since, snapshot, with_deltas
-from companion.papers import extractive_structures as es
+from companion.papers import extractive_structures as paper
+from companion.papers.extractive_structures import experiment as es
+from companion.papers.extractive_structures import fact_world
 from companion.params import ParamError
 from hf_tiny import run_paper_smoke, save_word_tokenizer
 
 
 @pytest.fixture(scope="module")
-def world() -> es.World:
-    return es.make_world(30, 30, 20, 10, np.random.default_rng(0))
+def world() -> fact_world.World:
+    return fact_world.make_world(30, 30, 20, 10, np.random.default_rng(0))
 
 
-def _model(world: es.World, seed: int = 0, dtype=torch.float32):
+def _model(world: fact_world.World, seed: int = 0, dtype=torch.float32):
     return es.build_model(world, 2, 32, 4, torch.Generator().manual_seed(seed)).to(dtype)
 
 
@@ -59,7 +61,7 @@ def test_mean_logit_loss_and_gradient():
 
 
 def test_world_generator(world):
-    again = es.make_world(30, 30, 20, 10, np.random.default_rng(0))
+    again = fact_world.make_world(30, 30, 20, 10, np.random.default_rng(0))
     assert all(np.array_equal(getattr(world, k), getattr(again, k)) for k in ("city", "city2", "animal", "test"))
     assert sorted(world.animal) == list(range(10))
     assert set(world.city[world.test]) == set(range(10))
@@ -71,10 +73,10 @@ def test_delta_algebra_and_restore(world):
     m = _model(world, dtype=torch.float64)
     rng = np.random.default_rng(0)
     w = snapshot(m)
-    es.train(m, es.dax(world, world.train), 2, 1e-3, 16, rng)
+    es.train(m, fact_world.dax(world, world.train), 2, 1e-3, 16, rng)
     d1 = delta_since(m, w)
     mid = snapshot(m)
-    es.train(m, es.zong(world, world.train), 2, 1e-3, 16, rng)
+    es.train(m, fact_world.zong(world, world.train), 2, 1e-3, 16, rng)
     d2 = delta_since(m, mid)
     end = snapshot(m)
     with torch.no_grad():
@@ -90,13 +92,13 @@ def test_frozen_name_embeddings(world):
     m = _model(world)
     names = torch.as_tensor(world.name_tok(np.arange(world.n_names)))
     before = m.transformer.wte.weight[names].clone()
-    es.train(m, torch.cat([es.dax(world, world.train), es.zong(world, world.train)]), 3, 1e-2, 16,
+    es.train(m, torch.cat([fact_world.dax(world, world.train), fact_world.zong(world, world.train)]), 3, 1e-2, 16,
              np.random.default_rng(0), frozen_rows=names)
     assert torch.equal(m.transformer.wte.weight[names], before)
-    bos = m.transformer.wte.weight[es.BOS].clone()
-    es.train(m, es.dax(world, world.train), 1, 1e-2, 16, np.random.default_rng(0))
+    bos = m.transformer.wte.weight[fact_world.BOS].clone()
+    es.train(m, fact_world.dax(world, world.train), 1, 1e-2, 16, np.random.default_rng(0))
     assert not torch.equal(m.transformer.wte.weight[names], before)
-    assert not torch.equal(m.transformer.wte.weight[es.BOS], bos)
+    assert not torch.equal(m.transformer.wte.weight[fact_world.BOS], bos)
 
 
 def _pair(world, dtype=torch.float64):
@@ -111,13 +113,13 @@ def _pair(world, dtype=torch.float64):
 
 
 def _loss(world, seqs):
-    options = es.candidates(world, seqs)
+    options = fact_world.candidates(world, seqs)
     return lambda logits: es.mean_logit_loss(logits[:, -1], options, seqs[:, 3].repeat(len(logits) // len(seqs)))
 
 
 def test_informative_scores_match_gpt2_linearisation(world):
     old, new = _pair(world)
-    seqs = es.zong(world, world.test)
+    seqs = fact_world.zong(world, world.test)
     delta = delta_since(new, snapshot(old))
     acts, grads = attrib.trace(old, seqs[:, :3], _loss(world, seqs))
     total = attrib.informative(acts, grads, delta, 4).sum()
@@ -137,7 +139,7 @@ def test_informative_scores_match_gpt2_linearisation(world):
 
 def test_downstream_zero_without_upstream_change(world):
     old, new = _pair(world)
-    seqs = es.zong(world, world.test)
+    seqs = fact_world.zong(world, world.test)
     cf = seqs[torch.arange(len(seqs)).roll(1)]
     s0 = attrib.extractive_scores(old, copy.deepcopy(old), seqs[:, :3], cf[:, :3], _loss(world, seqs),
                                   delta_since(old, snapshot(old)))
@@ -157,7 +159,7 @@ def test_downstream_zero_without_upstream_change(world):
 
 def test_upstream_zero_for_identical_counterfactual(world):
     old, new = _pair(world)
-    seqs = es.zong(world, world.test)
+    seqs = fact_world.zong(world, world.test)
     s = attrib.extractive_scores(old, new, seqs[:, :3], seqs[:, :3].repeat(3, 1), _loss(world, seqs),
                                  delta_since(new, snapshot(old)))
     assert torch.equal(s["upstream"], torch.zeros_like(s["upstream"]))
@@ -166,20 +168,20 @@ def test_upstream_zero_for_identical_counterfactual(world):
 
 def test_params_validation():
     with pytest.raises(ParamError):
-        es.Params.resolve("quick", n_citiez=5)
+        paper.Params.resolve("quick", n_citiez=5)
     with pytest.raises(ParamError):
-        es.Params.resolve("quick", lr="fast")
+        paper.Params.resolve("quick", lr="fast")
     with pytest.raises(ParamError):
-        es.Params.resolve("quick", n_layer=9)
+        paper.Params.resolve("quick", n_layer=9)
     with pytest.raises(ParamError):
-        es.Params.resolve("quick", n_test_names=30)
+        paper.Params.resolve("quick", n_test_names=30)
     with pytest.raises(ParamError):
-        es.Params.resolve("quick", n_head=5)
-    assert es.Params.resolve("full").seeds == 20
+        paper.Params.resolve("quick", n_head=5)
+    assert paper.Params.resolve("full").seeds == 20
 
 
-def _tiny() -> es.Params:
-    return es.Params.resolve("quick", seeds=2, n_pre_names=50, n_train_names=40, n_test_names=20, n_cities=10,
+def _tiny() -> paper.Params:
+    return paper.Params.resolve("quick", seeds=2, n_pre_names=50, n_train_names=40, n_test_names=20, n_cities=10,
                              epochs_pre=40, epochs_phase=20, epochs_test=10, replay_size=20, run_scores=True,
                              trace_seeds=1, contrast_seeds=1, test_slices=2)
 
@@ -187,20 +189,25 @@ def _tiny() -> es.Params:
 def test_smoke_and_determinism():
     params = _tiny()
     t = time.process_time()
-    a = es.Results(params, [0, 1], [es.run_seed(params, s) for s in (0, 1)])
-    assert time.process_time() - t < 10
-    verdicts = es.check(a)
-    assert {v.id for v in verdicts} == {c.id for c in es.CLAIMS}
+    a = paper.Results(params, [0, 1], [es.run_seed(params, s) for s in (0, 1)])
+    assert time.process_time() - t < 15
+    verdicts = paper.check(a)
+    assert {v.id for v in verdicts} == {c.id for c in paper.CLAIMS}
     assert all(np.isfinite(v.value) for v in verdicts)
-    assert all(np.isfinite(x) for x in es.metrics(a).values())
+    assert all(np.isfinite(x) for x in paper.metrics(a).values())
     first, second = a.per_seed
-    assert set(first.ocr) == set(es.ORDERS) and set(second.ocr) == set(es.CONTRAST_ORDERS)
-    assert set(first.trainable_ocr) == set(es.CONTRAST_ORDERS) and not second.trainable_ocr
-    again = es.run(dataclasses.replace(params, seeds=1, contrast_seeds=0)).per_seed[0]  # contrast runs last
+    assert set(first.ocr) == set(second.ocr) == set(paper.ORDERS) == set(first.stage_a_end)
+    # impl-memorised is read when Stage B starts (end of Stage A), not after the implication phase
+    assert first.impl_memorised == first.stage_a_end["impl_first"][1] != first.impl_after_phase1
+    values = paper.claim_values(a)
+    assert values["ordering-gap@joint"] == values["ordering-gap-retained@joint"]
+    assert all(c.role == "check" for c in paper.CLAIMS if c.id in ("impl-first-chance", "no-graft-chance"))
+    assert set(first.trainable_ocr) == set(paper.CONTRAST_ORDERS) and not second.trainable_ocr
+    again = paper.run(dataclasses.replace(params, seeds=1, contrast_seeds=0)).per_seed[0]  # contrast runs last
     assert again.ocr == first.ocr and again.graft == first.graft and not again.trainable_ocr
     assert all(np.isfinite(s).all() for s in first.scores.values())
-    assert list(es.contrast_table(a).index) == ["names frozen", "names trainable"]
-    for plot in (es.plot_ordering, es.plot_seeds, es.plot_grafting, es.plot_scores):
+    assert list(paper.contrast_table(a).index) == ["names frozen", "names trainable"]
+    for plot in (paper.plot_ordering, paper.plot_seeds, paper.plot_grafting, paper.plot_scores):
         plot(a)
 
 
@@ -227,8 +234,8 @@ def tiny_lm_dir(tmp_path_factory) -> str:
 
 
 def test_pretrained_two_hop_test_runs_offline(tiny_lm_dir):
-    params = es.Params.resolve("paper", model_path=tiny_lm_dir, lm_lr=1e-2, lm_epochs=30, device="cpu")
-    table = es.pretrained_ocr(params)
+    params = paper.Params.resolve("paper", model_path=tiny_lm_dir, lm_lr=1e-2, lm_epochs=30, device="cpu")
+    table = paper.pretrained_ocr(params)
     assert list(table.index) == ["first hop", "second hop"]
     ranks = table.filter(like="rank").drop(columns=["paper fact rank", "paper impl rank"])
     assert ranks.to_numpy().min() >= 0 and ranks.to_numpy().max() <= 19
@@ -239,11 +246,11 @@ def test_pretrained_two_hop_test_runs_offline(tiny_lm_dir):
 
 def test_bad_model_path_is_refused_before_compute(tmp_path):
     with pytest.raises(ParamError, match="model_path.*not a directory"):
-        es.Params.resolve("quick", model_path=str(tmp_path / "missing"))
+        paper.Params.resolve("quick", model_path=str(tmp_path / "missing"))
     with pytest.raises(ParamError, match="model_path.*config.json"):
-        es.Params.resolve("quick", model_path=str(tmp_path))
+        paper.Params.resolve("quick", model_path=str(tmp_path))
     with pytest.raises(ParamError, match="model_path"):
-        es.run(es.Params.resolve("paper"))
+        paper.run(paper.Params.resolve("paper"))
 
 
 def test_option_first_tokens_must_differ(tiny_lm_dir):
@@ -268,14 +275,62 @@ def test_dax_world_splits_and_counterfactuals():
     assert pretrained_dax.block_of("lm_head.weight") is None
 
 
-def test_keep_only_blocks_leaves_the_change_in_those_blocks(tiny_lm_dir):
+def test_layer_keep_leaves_the_change_in_those_blocks_only(tiny_lm_dir):
     model, _ = causal_lm.load(tiny_lm_dir, torch.device("cpu"))
     w = pretrained_dax.cpu_state(model)
     delta = {n: torch.ones_like(p) for n, p in w.items()}
-    with with_deltas(model, delta, pretrained_dax.keep_only(delta, range(1, 2))):
-        moved = {n for n, p in model.named_parameters() if (p - w[n]).abs().max() > 0.5}  # +1, or +1 - 1
-    assert moved and all(n.startswith("model.layers.1.") for n in moved)
+    seen = []
+
+    class Probe:  # records which tensors differ from w when a rank is read
+        def rank(self, data):
+            seen.append({n for n, p in model.named_parameters() if (p - w[n]).abs().max() > 0.5})
+            return 0.0
+
+    with with_deltas(model, delta):
+        out = pretrained_dax._layer_keep(model, Probe(), delta, None, None)
+    assert list(out) == ["layers 0-0", "layers 1-1"]
+    assert seen[0] and all(n.startswith("model.layers.0.") for n in seen[0])
+    assert seen[2] and all(n.startswith("model.layers.1.") for n in seen[2])
     assert all(torch.equal(p, w[n]) for n, p in model.named_parameters())
+
+
+def test_paper_seed_holds_at_most_three_cpu_copies(tiny_lm_dir, monkeypatch):
+    """The paper preset keeps one fp32 copy of the weights and at most two deltas on the CPU (the old code held
+    up to six): every tensor that cpu_state / delta_to return is tracked, and the live bytes are read at every
+    finetune and rank."""
+    import weakref
+
+    model, tok = causal_lm.load(tiny_lm_dir, torch.device("cpu"))
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    live: list[weakref.ref] = []
+    peak = [0.0]
+
+    def tracked(fn):
+        def wrapper(*args):
+            out = fn(*args)
+            live.extend(weakref.ref(t) for t in out.values())
+            return out
+        return wrapper
+
+    def probe():
+        alive = [r() for r in live]
+        peak[0] = max(peak[0], sum(t.numel() * t.element_size() for t in alive if t is not None) / size)
+
+    def probed(fn):
+        def wrapper(*args, **kw):
+            probe()
+            out = fn(*args, **kw)
+            probe()
+            return out
+        return wrapper
+
+    monkeypatch.setattr(pretrained_dax, "cpu_state", tracked(pretrained_dax.cpu_state))
+    monkeypatch.setattr(pretrained_dax, "delta_to", tracked(pretrained_dax.delta_to))
+    monkeypatch.setattr(causal_lm, "finetune", probed(causal_lm.finetune))
+    monkeypatch.setattr(pretrained_dax.Evaluator, "rank", probed(pretrained_dax.Evaluator.rank))
+    out = pretrained_dax.run_seed(model, tok, 0, epochs=1, lr=1e-3)
+    assert set(out["ocr"]) == set(pretrained_dax.ORDER_PHASES)
+    assert 2.5 < peak[0] <= pretrained_dax.CPU_COPIES == 3
 
 
 @pytest.mark.slow
@@ -284,9 +339,10 @@ def test_pretrained_ordering_and_grafting_learn_the_facts(tiny_lm_dir):
     w = pretrained_dax.cpu_state(model)
     out = pretrained_dax.run_seed(model, tok, 0, epochs=20, lr=1e-2)
     assert all(torch.equal(p, w[n]) for n, p in model.named_parameters())  # restored
-    assert set(out["ocr"]) == set(es.ORDERS) and set(out["graft"]) == {"W_F'", "graft", "control"}
+    assert set(out["ocr"]) == set(paper.ORDERS) and set(out["graft"]) == {"W_F'", "graft", "control"}
     # what a phase finetunes on is learned (chance is 9.5)
-    assert max(out["test_fact"].values()) <= 2.0 and out["impl_memorised"] <= 2.0
+    assert max(out["test_fact"].values()) <= 2.0 and out["impl_after_phase1"] <= 2.0
+    assert out["impl_memorised"] == out["stage_a_end"]["impl_first"][1]
     assert out["graft"]["W_F'"][2] <= 2.0  # W + D_F' knows the counterfactual facts
     assert list(out["layer_keep"]) == ["layers 0-0", "layers 1-1"]
     ranks = [r for d in (out["ocr"], out["leak"]) for r in d.values()]
@@ -301,7 +357,18 @@ def test_paper_preset_smoke_via_cli(tiny_lm_dir, tmp_path):
     path = record["provenance"]["paths"]["model_path"]
     assert path["path"] == tiny_lm_dir and len(path["sha256"]) == 64
     assert {"ocr_facts_first", "lm_first_hop_fact_rank_after"} <= set(record["metrics"])
-    assert {c["id"] for c in record["claims"]} == {c.id for c in es.CLAIMS}
+    assert {c["id"] for c in record["claims"]} == {c.id for c in paper.CLAIMS}
     missing = subprocess.run(base + ["-p", f"model_path={tmp_path / 'missing'}"], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode == 2 and "model_path" in missing.stderr + missing.stdout
+
+
+def test_retained_arm_replays_the_implications(world):
+    """The retention-matched arm: implications first, then the facts with every training implication replayed;
+    the plain implications-first arm's fact phase holds no implication."""
+    replay = fact_world.dax(world, world.pre[:5])
+    zong_a = {tuple(x) for x in fact_world.zong(world, world.train).tolist()}
+    plain, retained = es._phases("impl_first", world, replay), es._phases("impl_first_retained", world, replay)
+    assert torch.equal(plain[0], retained[0])
+    assert zong_a <= {tuple(x) for x in retained[1].tolist()}
+    assert not zong_a & {tuple(x) for x in plain[1].tolist()}

@@ -15,7 +15,10 @@ Follows the paper's dax/zong procedure (Feng, Russell and Steinhardt, ICML 2025;
   in the last quarter of the blocks (the paper split 32 layers at 24).
 
 Every phase is the official finetune (``companion.models.causal_lm.finetune``: fresh Adam, constant lr,
-batch 8, answer tokens only). The entities are the companion's own: cities from
+answer tokens only), batch 8 except the implication-only phases, batch 4 as in the official
+``train_left_first``. Memory: one fp32 CPU copy of the starting weights and at most two deltas from it
+(:data:`CPU_COPIES`), about 83 GB for OLMo-7B (6.9 B parameters x 4 bytes x 3), within a 128 GiB host;
+the earlier code held up to six copies (about 165 GB). The entities are the companion's own: cities from
 :mod:`.two_hop_facts`, animals below, people from its first and last names (the official lists carry no
 licence), so no data file is read. The dax/zong words are the paper's nonce relation names.
 """
@@ -35,7 +38,12 @@ from companion.papers.extractive_structures.weight_deltas import Delta, with_del
 ANIMALS = ("dog", "cat", "horse", "lion", "tiger", "bear", "wolf", "fox", "rabbit", "eagle", "owl", "shark",
            "whale", "dolphin", "snake", "frog", "monkey", "elephant", "zebra", "camel")
 N_TEST, N_TRAIN = 20, 42  # the official split: names 0-19 test (one per city), 20-61 train
-BATCH = 8  # the official batch size
+BATCH = 8  # the official batch size of the fact phases
+CPU_COPIES = 3  # full fp32 weight copies on the CPU at most: w and two deltas (about 83 GB for OLMo-7B)
+# the Stage-A phases of each order, as kinds of set; impl_first_retained replays the implications in its fact phase
+ORDER_PHASES = {"facts_first": [["dax"], ["zong"]], "impl_first": [["zong"], ["dax"]],
+                "impl_first_retained": [["zong"], ["dax", "zong"]], "joint": [["dax", "zong"]]}
+IMPL_BATCH = 4  # the official train_left_first trains the implication phase with batch 4
 
 
 @dataclass(frozen=True)
@@ -133,62 +141,77 @@ def block_of(name: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def keep_only(delta: Delta, blocks: range) -> Delta:
-    """The negated change outside ``blocks``: adding it keeps the change in those blocks only."""
-    return {n: -d for n, d in delta.items() if block_of(n) not in blocks}
-
-
 def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
-    """The three orders with the test finetune, grafting and layer keeping for one seed's world.
+    """The orders with the test finetune, grafting and layer keeping for one seed's world.
 
-    Returns the fields of the toy's per-seed result: ``ocr``, ``test_fact``, ``leak``,
-    ``impl_memorised``, ``graft`` and ``layer_keep``. ``model`` is restored to its weights on return.
+    Returns the fields of the toy's per-seed result: ``ocr``, ``test_fact``, ``leak``, ``stage_a_end``,
+    ``impl_memorised`` (when Stage B starts), ``impl_after_phase1``, ``graft`` and ``layer_keep``. ``model``
+    is restored to its weights on return. Memory: one fp32 CPU copy of the weights (``w``) and at most two
+    deltas from it are held at once (:data:`CPU_COPIES`); every other state is built in place.
     """
     rng = np.random.default_rng(seed)
     world = make_dax_world(rng)
     ev = Evaluator(model, tok)
     w = cpu_state(model)
-    fit = lambda *sets: causal_lm.finetune(model, ev.encode(*sets), epochs, lr, BATCH, rng)  # noqa: E731
+
+    def fit(*sets: Set) -> None:
+        impl_only = all(kind == "zong" for kind, *_ in sets)  # an implication phase: the official batch 4
+        causal_lm.finetune(model, ev.encode(*sets), epochs, lr, IMPL_BATCH if impl_only else BATCH, rng)
+
     facts, impls = dax(world, world.train), zong(world, world.train)
     test_facts, test_impls = dax(world, world.test), zong(world, world.test)
-    out: dict = {"ocr": {}, "test_fact": {}, "leak": {}, "graft": {}, "layer_keep": {}}
+    out: dict = {"ocr": {}, "test_fact": {}, "leak": {}, "graft": {}, "layer_keep": {}, "stage_a_end": {}}
     deltas: dict[str, Delta] = {}
-    for order, phases in (("facts_first", [[facts], [impls]]), ("impl_first", [[impls], [facts]]),
-                          ("joint", [[facts, impls]])):
+    for order, phases in ORDER_PHASES.items():
         restore(model, w)
-        for phase in phases:
-            before = cpu_state(model)
-            fit(*phase)
-            if (order, phase[0][0]) == ("facts_first", "zong"):
-                deltas["F,Impl"] = delta_to(model, before)  # implications learned on top of the facts
-            if (order, phase[0][0]) == ("impl_first", "zong"):
-                deltas["Impl"] = delta_to(model, before)  # implications learned alone
-                out["impl_memorised"] = ev.rank(impls)
+        for k, phase in enumerate(phases):
+            fit(*[{"dax": facts, "zong": impls}[kind] for kind in phase])
+            if (order, k) == ("facts_first", 0):
+                d_stage = delta_to(model, w)  # the facts' change; becomes the Stage-A change below
+            if (order, k) == ("facts_first", 1):
+                deltas["F,Impl"] = delta_to(model, w)  # implications learned on top of the facts
+                for n, d in deltas["F,Impl"].items():
+                    d.sub_(d_stage[n])
+                    d_stage[n].add_(d)
+            if (order, k) == ("impl_first", 0):
+                deltas["Impl"] = delta_to(model, w)  # implications learned alone
+                out["impl_after_phase1"] = ev.rank(impls)
+        out["stage_a_end"][order] = [ev.rank(facts), ev.rank(impls)]
         out["leak"][order] = ev.rank(test_impls)
-        stage_a = cpu_state(model)
         fit(test_facts)
         out["test_fact"][order], out["ocr"][order] = ev.rank(test_facts), ev.rank(test_impls)
         if order == "facts_first":
-            out["layer_keep"] = _layer_keep(model, ev, delta_to(model, stage_a), test_facts, test_impls)
+            with torch.no_grad():  # the test change, in place of the Stage-A change: W_now - w - D_stage
+                for n, p in model.named_parameters():
+                    d_stage[n].neg_().add_(p.detach().cpu()).sub_(w[n])
+            out["layer_keep"] = _layer_keep(model, ev, d_stage, test_facts, test_impls)
+            del d_stage
+    out["impl_memorised"] = out["stage_a_end"]["impl_first"][1]
     restore(model, w)
-    fit(dax(world, world.train, True))
-    d_cf = delta_to(model, w)
-    restore(model, w)
+    fit(dax(world, world.train, True))  # the model is now W_F' = w + D_F'
     evals = (zong(world, world.train, True), impls, dax(world, world.train, True))
     for label, extra in (("W_F'", []), ("graft", [deltas["F,Impl"]]), ("control", [deltas["Impl"]])):
-        with with_deltas(model, d_cf, *extra):
+        with with_deltas(model, *extra):
             out["graft"][label] = [ev.rank(data) for data in evals]
+    restore(model, w)
     return out
 
 
 def _layer_keep(model, ev: Evaluator, delta: Delta, facts: Set, impls: Set) -> dict[str, list[float]]:
-    """Test-fact change kept in the first three quarters or the last quarter of the blocks: [fact, OCR] ranks."""
+    """Test-fact change kept in the first three quarters or the last quarter of the blocks: [fact, OCR] ranks.
+
+    The change outside the kept blocks is subtracted in place (no CPU copy); the weights are restored exactly.
+    """
     n = 1 + max(b for b in map(block_of, delta) if b is not None)
     split = max(1, (3 * n) // 4)
+    params = dict(model.named_parameters())
     out = {}
     for blocks in (range(split), range(split, n)):
         if not blocks:
             continue
-        with with_deltas(model, keep_only(delta, blocks)):
+        with with_deltas(model), torch.no_grad():
+            for name, d in delta.items():
+                if block_of(name) not in blocks:
+                    params[name].sub_(d.to(params[name].device))
             out[f"layers {blocks.start}-{blocks.stop - 1}"] = [ev.rank(facts), ev.rank(impls)]
     return out
