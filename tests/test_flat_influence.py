@@ -15,7 +15,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from companion.params import ParamError
 from companion.papers import flat_influence as paper
-from companion.papers.flat_influence import cifar, curvature as C, scores as S
+from companion.papers.flat_influence import curvature as C, paper_preset as cifar, scores as S
 from companion.papers.flat_influence.network import TanhMLP, ce_mean
 from companion.papers.flat_influence.noisy_data import inject_noise
 from companion.papers.flat_influence.optimize import adam_descent, newton_minimize, sam_gradient

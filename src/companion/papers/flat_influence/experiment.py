@@ -1,28 +1,38 @@
 """One seed of the detection study: train on noisy labels, tune on the clean validation set, score.
 
 :func:`synthetic_setup` trains the tanh MLP on the Gaussian task; the ``paper`` preset builds the
-same :class:`Setup` from ResNet features (``cifar.py``) and reuses :func:`score_seed` unchanged.
+same :class:`Setup` from ResNet features (``paper_preset.py``) and reuses :func:`score_seed` unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+import pandas as pd
 import torch
+from scipy.stats import spearmanr
 from torch import Tensor
+from tqdm import tqdm
+
+from companion import claims, runtime
 
 from companion.papers.flat_influence import scores as S
-from companion.papers.flat_influence.curvature import (DampedInverse, exact_hessian, ggn, lissa,
-                                                       matrix_matvec, mean_grad, per_sample_grads)
+from companion.papers.flat_influence.curvature import (DampedInverse, exact_hessian, ggn, lissa, matrix_matvec,
+                                                       mean_grad, per_sample_grads, power_lambda_max)
 from companion.papers.flat_influence.network import TanhMLP, accuracy, ce_each, ce_mean
 from companion.papers.flat_influence.noisy_data import make_task
 from companion.papers.flat_influence.optimize import adam_descent
 
+if TYPE_CHECKING:
+    from companion.papers.flat_influence import Params
+
 METHODS = ("loss@θ*", "TracIn", "IF", "IF-1st@θ̃", "VM", "FVM")
 VARIANTS = ("FVM-SAM", "FVM-LPF")  # the flat method that is not ``flat_method``, same budget
-ABLATIONS = ("loss@θ̃", "self-IF")
+ABLATIONS = ("loss@θ̃", "loss@θ_vm", "|g|²@θ̃", "IF-1st@θ̃,H̃val", "self-IF")
+DAMPINGS = (1e-4, 1e-3, 1e-2)  # the spec's damping sweep of FVM, on one eigendecomposition
+DAMPED = tuple(f"FVM λ={lam:g}" for lam in DAMPINGS)
 RELABEL = ("loss@θ̃", "TracIn", "IF", "VM", "FVM")
 
 
@@ -49,14 +59,19 @@ class Curvature:
     def __init__(self, kind: str, net: TanhMLP, theta: Tensor, X: Tensor, y: Tensor, damping: float,
                  lissa_iters: int = 1000) -> None:
         H = exact_hessian(net, theta, X, y) if kind == "exact_psd" else ggn(net, theta, X)
-        self.exact = DampedInverse.of(H, damping)
         self.trace = float(torch.trace(H))
-        self.kind, self.H, self.iters = kind, H, lissa_iters
+        self.kind, self.H, self.iters, self.damping = kind, H, lissa_iters, damping
+        if kind == "lissa":  # matrix-vector products only; lambda_max of the PSD GGN by power iteration
+            gen = torch.Generator().manual_seed(0)
+            self._lambda_max = power_lambda_max(matrix_matvec(H), H.shape[0], gen, device=H.device)
+        else:
+            self.exact = DampedInverse.of(H, damping)
+            self._lambda_max = self.exact.lambda_max
 
     @property
     def lambda_max(self) -> float:
         """Largest eigenvalue of the raw matrix."""
-        return self.exact.lambda_max
+        return self._lambda_max
 
     def solve(self, B: Tensor) -> Tensor:
         """``H^{-1} b`` for the rows of B (LiSSA on the GGN when kind == 'lissa')."""
@@ -64,13 +79,16 @@ class Curvature:
             return self.exact.solve(B)
         one = B.ndim == 1
         Bc = (B[None] if one else B).T
-        X = lissa(matrix_matvec(self.H), Bc, self.exact.damping, 1.1 * (self.lambda_max + self.exact.damping),
-                  self.iters).T
+        X = lissa(matrix_matvec(self.H), Bc, self.damping, 1.1 * (self.lambda_max + self.damping), self.iters).T
         return X[0] if one else X
 
     def quad(self, G: Tensor) -> Tensor:
         """``g^T H^{-1} g`` for every row of G."""
         return self.exact.quad(G) if self.kind != "lissa" else (G * self.solve(G)).sum(-1)
+
+    def redamped(self, damping: float) -> DampedInverse:
+        """The same eigendecomposition with another damping (the damping sweep; exact kinds only)."""
+        return DampedInverse(self.exact.evecs, self.exact.evals, damping)
 
 
 def synthetic_setup(p: Any, seed: int) -> Setup:
@@ -113,11 +131,11 @@ def validation_minimum(p: Any, su: Setup, n_val: int, method: str, seed: int,
                         method, p.sam_rho, p.lpf_sigma, gen, every)
 
 
-def val_score(p: Any, su: Setup, theta: Tensor, n_val: int) -> tuple[Tensor, Curvature]:
-    """The VM/FVM score of every training point at ``theta`` with the validation curvature."""
+def val_score(p: Any, su: Setup, theta: Tensor, n_val: int) -> tuple[Tensor, Curvature, Tensor]:
+    """The VM/FVM score of every training point at ``theta`` with the validation curvature (and the gradients)."""
     curv = Curvature(p.curvature, su.net, theta, su.x_val[:n_val], su.y_val[:n_val], p.damping, p.lissa_iters)
     G = per_sample_grads(su.net, theta, su.x_train, su.y_train)
-    return curv.quad(G), curv
+    return curv.quad(G), curv, G
 
 
 def first_order(p: Any, su: Setup, theta: Tensor, n_val: int,
@@ -126,7 +144,7 @@ def first_order(p: Any, su: Setup, theta: Tensor, n_val: int,
     H_tr = H_tr or Curvature(p.curvature, su.net, theta, su.x_train, su.y_train, p.damping, p.lissa_iters)
     g_val = mean_grad(su.net, theta, su.x_val[:n_val], su.y_val[:n_val])
     G = per_sample_grads(su.net, theta, su.x_train, su.y_train)
-    return -(G @ H_tr.solve(g_val)), H_tr
+    return S.if_harm(g_val, H_tr, G), H_tr
 
 
 def relabel_accuracy(p: Any, su: Setup, H_star: Curvature, curv: dict[str, Curvature],
@@ -142,8 +160,9 @@ def relabel_accuracy(p: Any, su: Setup, H_star: Curvature, curv: dict[str, Curva
         yc = torch.full((len(idx),), c, dtype=torch.long, device=X.device)
         G = per_sample_grads(su.net, su.theta_star, X, yc)
         per_label["loss@θ̃"].append(ce_each(su.net, thetas["FVM"], X, yc))
-        per_label["IF"].append(-(G @ H_star.solve(g_val)))
-        per_label["TracIn"].append(sum(-lr * (per_sample_grads(su.net, th, X, yc) @ gv) for lr, th, gv in tr))
+        per_label["IF"].append(S.if_harm(g_val, H_star, G))
+        per_label["TracIn"].append(S.tracin_harm([gv for _, _, gv in tr], [lr for lr, _, _ in tr],
+                                                 [per_sample_grads(su.net, th, X, yc) for _, th, _ in tr]))
         for m in ("VM", "FVM"):
             per_label[m].append(curv[m].quad(per_sample_grads(su.net, thetas[m], X, yc)))
     return {m: float((torch.stack(v, 1).argmin(1) == clean).double().mean()) for m, v in per_label.items()}
@@ -162,26 +181,37 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
         "TracIn": S.tracin_harm([mean_grad(net, th, Xv, yv) for _, th in su.tracin], [lr for lr, _ in su.tracin],
                                 [per_sample_grads(net, th, su.x_train, su.y_train) for _, th in su.tracin]),
         "IF": h_if,
-        "self-IF": S.self_influence(H_star.exact, G_star),
+        "self-IF": H_star.quad(G_star),
     }
     every = max(1, p.ft_steps // 4)
     theta_vm, _ = validation_minimum(p, su, p.n_val, "erm", seed)
     theta_fvm, marks = validation_minimum(p, su, p.n_val, p.flat_method, seed, every)
-    sc["VM"], c_vm = val_score(p, su, theta_vm, p.n_val)
+    sc["VM"], c_vm, G_vm = val_score(p, su, theta_vm, p.n_val)
     # Fig. 3 analog: first-order IF and FVM along the flat fine-tune (step 0 is theta*)
     curve = []
+    clean = np.flatnonzero(~flipped)
+    half = np.zeros(len(flipped), dtype=bool)  # a random half of the clean points (the placebo split of Fig. 3b)
+    half[np.random.default_rng(seed + 1).permutation(clean)[:len(clean) // 2]] = True
     for step, th in marks:
         h1, _ = first_order(p, su, th, p.n_val, H_star if step == 0 else None)
-        fv, c_f = val_score(p, su, th, p.n_val)
+        fv, c_f, G_f = val_score(p, su, th, p.n_val)
         a = np.abs(_np(h1))
         curve.append({"step": step, "auc_if1st": S.auc(flipped, _np(h1)), "auc_fvm": S.auc(flipped, _np(fv)),
                       "abs_if1st_clean": float(a[~flipped].mean()), "abs_if1st_noisy": float(a[flipped].mean()),
+                      "abs_if1st_clean_a": float(a[half].mean()), "abs_if1st_clean_b": float(a[~flipped & ~half].mean()),
                       "val_loss": float(ce_mean(net, th, Xv, yv))})
     sc["IF-1st@θ̃"], sc["FVM"], c_fvm = h1, fv, c_f
+    # one change at a time from FVM: the first-order form with the same H~_val, H = I, plain loss, damping
+    sc["IF-1st@θ̃,H̃val"] = S.if_harm(mean_grad(net, theta_fvm, Xv, yv), c_fvm, G_f)
+    sc["|g|²@θ̃"] = S.grad_norm(G_f)
     sc["loss@θ̃"] = ce_each(net, theta_fvm, su.x_train, su.y_train)
+    sc["loss@θ_vm"] = ce_each(net, theta_vm, su.x_train, su.y_train)
+    if p.curvature != "lissa":
+        for lam in DAMPINGS:
+            sc[f"FVM λ={lam:g}"] = S.vm_score(c_fvm.redamped(lam), G_f)
     other = "lpf" if p.flat_method == "sam" else "sam"
     theta_alt, _ = validation_minimum(p, su, p.n_val, other, seed)
-    sc[f"FVM-{other.upper()}"], c_alt = val_score(p, su, theta_alt, p.n_val)
+    sc[f"FVM-{other.upper()}"], c_alt, _ = val_score(p, su, theta_alt, p.n_val)
     if progress:
         progress()
     out["detection"] = {m: detection(flipped, v) for m, v in sc.items()}
@@ -201,8 +231,9 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
                 th, s_, c = (theta_vm, sc["VM"], c_vm) if tag == "vm" else (theta_fvm, sc["FVM"], c_fvm)
             else:
                 th, _ = validation_minimum(p, su, n, method, seed)
-                s_, c = val_score(p, su, th, n)
+                s_, c, _ = val_score(p, su, th, n)
             row.update({f"auc_{tag}": S.auc(flipped, _np(s_)), f"test_acc_{tag}": accuracy(net, th, su.x_test, su.y_test),
+                        f"auc_loss_{tag}": S.auc(flipped, _np(ce_each(net, th, su.x_train, su.y_train))),
                         f"lambda_max_{tag}": c.lambda_max,
                         f"val_loss_{tag}": float(ce_mean(net, th, su.x_val[:n], su.y_val[:n]))})
         sweep.append(row)
@@ -214,3 +245,139 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
     if progress:
         progress()
     return out
+
+@dataclass
+class Results:
+    """Per-seed tables (detection, fine-tune curve, n_val sweep, flatness, relabeling) + seed-0 scores."""
+
+    params: "Params"
+    detection: pd.DataFrame  # seed, method, auc, ap, p_at_k
+    curve: pd.DataFrame  # seed, step, auc_if1st, auc_fvm, abs_if1st_clean, abs_if1st_noisy, val_loss
+    sweep: pd.DataFrame  # seed, n_val, auc/test_acc/lambda_max/val_loss for vm and fvm
+    flat: pd.DataFrame  # seed, lambda_max/trace/val_loss/test_acc for erm and flat, train_acc
+    relabel: pd.DataFrame  # seed, method, accuracy
+    example_scores: dict[str, np.ndarray] = field(repr=False)
+    example_flipped: np.ndarray = field(repr=False)
+
+
+def _seed_job(params: "Params", seed: int) -> dict[str, Any]:
+    """One synthetic seed end to end (importable, for worker processes)."""
+    runtime.limit_threads(1)
+    return score_seed(params, synthetic_setup(params, seed), seed)
+
+
+def collect(params: "Params", outs: list[dict[str, Any]]) -> Results:
+    """Assemble per-seed outputs into :class:`Results`."""
+    det = [{"seed": o["seed"], "method": m, **d} for o in outs for m, d in o["detection"].items()]
+    flat = [{"seed": o["seed"], "train_acc": o["train_acc"], "test_acc_star": o["test_acc_star"], **o["flat"]}
+            for o in outs]
+    rel = [{"seed": o["seed"], "method": m, "accuracy": a} for o in outs for m, a in o.get("relabel", {}).items()]
+    return Results(params, pd.DataFrame(det),
+                   pd.DataFrame([{"seed": o["seed"], **c} for o in outs for c in o["curve"]]),
+                   pd.DataFrame([r for o in outs for r in o["sweep"]]), pd.DataFrame(flat),
+                   pd.DataFrame(rel, columns=["seed", "method", "accuracy"]),
+                   outs[0]["scores"], outs[0]["flipped"])
+
+
+def run(params: "Params") -> Results:
+    """Every seed of ``params`` (synthetic seeds in parallel processes; ``paper``: CIFAR-10N)."""
+    if params.preset == "paper":
+        from companion.papers.flat_influence.paper_preset import run_paper
+
+        return collect(params, run_paper(params))
+    runtime.limit_threads(1)
+    with tqdm(total=params.seeds, desc="seeds", disable=None, leave=False) as bar:
+        outs = runtime.parallel_map(_seed_job, [(params, s) for s in params.seed_list()], on_done=bar.update)
+    return collect(params, outs)
+
+
+def auc_table(results: Results) -> pd.DataFrame:
+    """AUC per seed (rows) and method (columns)."""
+    return results.detection.pivot(index="seed", columns="method", values="auc")
+
+
+def _spearman_per_seed(sw: pd.DataFrame, x: str, y: str) -> list[float]:
+    """Spearman rho of ``x`` vs ``y`` over the n_val sweep, one value per seed (within-seed only)."""
+    return [float(spearmanr(g[x], g[y]).statistic) for _, g in sw.groupby("seed")]
+
+
+def claim_values(results: Results) -> dict[str, Any]:
+    """Every claim's per-seed values (one value for an exact claim), and each control's under ``id@control``."""
+    a = auc_table(results)
+    c = results.curve
+    first, last = c[c.step == 0].set_index("seed"), c[c.step == c.step.max()].set_index("seed")
+    later = c[c.step > 0].groupby("seed")
+    sw = results.sweep
+    lo, hi = sw[sw.n_val == sw.n_val.min()].set_index("seed"), sw[sw.n_val == sw.n_val.max()].set_index("seed")
+    lr = lambda col: np.log10(last[col] / first[col])  # noqa: E731
+    worst = lambda s: claims.worst(s, ">=")  # noqa: E731
+    fvm, loss, hid = a["FVM"], a["loss@θ̃"], a["|g|²@θ̃"]
+    out: dict[str, Any] = {}
+    for cid, ref in (("fvm-vs-if", a["IF"]), ("fvm-vs-tracin", a["TracIn"]), ("fvm-vs-if1st-flat", a["IF-1st@θ̃,H̃val"])):
+        out[cid], out[f"{cid}@loss-tilde"], out[f"{cid}@h-identity"] = list(fvm - ref), list(loss - ref), list(hid - ref)
+    out["fvm-vs-if-every-seed"] = worst(fvm - a["IF"])
+    out["fvm-vs-if-every-seed@loss-tilde"] = worst(loss - a["IF"])
+    out["fvm-vs-if-every-seed@h-identity"] = worst(hid - a["IF"])
+    out["if1st-no-gain"] = list(last["auc_if1st"] - first["auc_if1st"])
+    out["if1st-no-gain@fvm-curve"] = list(last["auc_fvm"] - first["auc_fvm"])
+    out["if1st-dip"] = list(later["auc_if1st"].min() - first["auc_if1st"])
+    out["if1st-dip@fvm-curve"] = list(later["auc_fvm"].min() - first["auc_fvm"])
+    out["clean-collapse"] = list(lr("abs_if1st_clean"))
+    out["clean-collapse@flipped"] = list(lr("abs_if1st_noisy"))
+    out["clean-vs-flipped"] = list(lr("abs_if1st_clean") - lr("abs_if1st_noisy"))
+    out["clean-vs-flipped@clean-halves"] = list(lr("abs_if1st_clean_a") - lr("abs_if1st_clean_b"))
+    out["nval-spearman"] = _spearman_per_seed(sw, "test_acc_fvm", "auc_fvm")
+    out["nval-spearman@loss-tilde"] = _spearman_per_seed(sw, "test_acc_fvm", "auc_loss_fvm")
+    out["nval-gain-every-seed"] = worst(hi["auc_fvm"] - lo["auc_fvm"])
+    out["nval-gain-every-seed@loss-tilde"] = worst(hi["auc_loss_fvm"] - lo["auc_loss_fvm"])
+    out["fvm-vs-vm"] = list(fvm - a["VM"])
+    out["fvm-vs-vm@loss"] = list(loss - a["loss@θ_vm"])
+    for cid, col in (("fvm-vs-loss-flat", "FVM"), ("fvm-vs-loss-flat-lam1e-4", "FVM λ=0.0001"),
+                     ("fvm-vs-loss-flat-lam1e-2", "FVM λ=0.01")):
+        out[cid], out[f"{cid}@h-identity"] = list(a[col] - loss), list(hid - loss)
+    out["flat-lowers-lambda-max"] = float((sw["lambda_max_fvm"] <= sw["lambda_max_vm"]).mean())
+    out["train-memorized"] = float(results.flat["train_acc"].min())
+    return out
+
+
+def damping_table(results: Results) -> pd.DataFrame:
+    """Per-seed AUC of FVM at every damping, with loss@θ̃ and the H = I limit (|g|²@θ̃) beside."""
+    a = auc_table(results)
+    return a[[*DAMPED, "|g|²@θ̃", "loss@θ̃"]].round(4)
+
+
+def control_table(results: Results) -> pd.DataFrame:
+    """Per-seed AUC of FVM and of everything a finding is compared with (one column per score)."""
+    a = auc_table(results)
+    cols = ["FVM", "loss@θ̃", "|g|²@θ̃", "IF", "TracIn", "IF-1st@θ̃,H̃val", "IF-1st@θ̃", "VM", "loss@θ_vm"]
+    return a[[x for x in cols if x in a.columns]].round(4)
+
+
+def summary(results: Results) -> pd.DataFrame:
+    """Mean (sd) of AUC, AP and precision@k per method over seeds; ablations last."""
+    g = results.detection.groupby("method")[["auc", "ap", "p_at_k"]]
+    m, s = g.mean(), g.std().fillna(0.0)
+    out = m.round(3).astype(str) + " ± " + s.round(3).astype(str)
+    order = [x for x in (*METHODS, *VARIANTS, *ABLATIONS, *DAMPED) if x in out.index]
+    return out.loc[order].rename(columns={"auc": "ROC AUC", "ap": "AP", "p_at_k": "P@k"})
+
+
+def relabel_summary(results: Results) -> pd.DataFrame:
+    """Relabeling top-1 accuracy on the flipped points, mean ± sd over seeds (exploratory)."""
+    g = results.relabel.groupby("method")["accuracy"].agg(["mean", "std"]).fillna(0.0)
+    order = [x for x in RELABEL if x in g.index]
+    return g.loc[order].round(3).rename(columns={"mean": "accuracy (mean)", "std": "sd"})
+
+
+def metrics(results: Results) -> dict[str, Any]:
+    """Small JSON-able summary: mean AUC per method, flatness and accuracy diagnostics, relabeling."""
+    a = auc_table(results).mean()
+    f = results.flat.mean(numeric_only=True)
+    return {
+        "mean_auc": {k: round(float(v), 4) for k, v in a.items()},
+        "train_acc_min": round(float(results.flat["train_acc"].min()), 4),
+        "test_acc": {k: round(float(f[k]), 4) for k in ("test_acc_star", "test_acc_erm", "test_acc_flat")},
+        "lambda_max": {k: round(float(f[k]), 5) for k in ("lambda_max_erm", "lambda_max_flat", "lambda_max_alt")},
+        "val_loss": {k: float(f"{f[k]:.3g}") for k in ("val_loss_erm", "val_loss_flat")},
+        "relabel_acc": {k: round(float(v), 4) for k, v in results.relabel.groupby("method")["accuracy"].mean().items()},
+    }

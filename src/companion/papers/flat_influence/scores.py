@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 from scipy.stats import rankdata
 from torch import Tensor
@@ -15,7 +17,13 @@ from torch import Tensor
 from companion.papers.flat_influence.curvature import DampedInverse
 
 
-def if_harm(g_val: Tensor, inv: DampedInverse, G: Tensor) -> Tensor:
+class Solver(Protocol):
+    """Anything that applies a damped inverse curvature: ``solve(b) = H^{-1} b``."""
+
+    def solve(self, B: Tensor) -> Tensor: ...
+
+
+def if_harm(g_val: Tensor, inv: Solver, G: Tensor) -> Tensor:
     """First-order influence harm ``-g_val^T H^{-1} g_z`` for every row g_z of G (n, P)."""
     return -(G @ inv.solve(g_val))
 
@@ -26,13 +34,16 @@ def tracin_harm(g_vals: list[Tensor], lrs: list[float], Gs: list[Tensor]) -> Ten
 
 
 def vm_score(inv: DampedInverse, G: Tensor) -> Tensor:
-    """The paper's score ``g~_z^T H~_val^{-1} g~_z`` (non-negative) for every row of G."""
+    """The paper's score ``g~_z^T H~_val^{-1} g~_z`` (non-negative) for every row of G.
+
+    With ``H_tr`` at theta* in place of ``H~_val`` the same form is the self-influence ablation.
+    """
     return inv.quad(G)
 
 
-def self_influence(inv: DampedInverse, G: Tensor) -> Tensor:
-    """``g_z^T H_tr^{-1} g_z`` at the training minimum (an ablation)."""
-    return inv.quad(G)
+def grad_norm(G: Tensor) -> Tensor:
+    """``|g_z|^2``: the H = I limit of the VM/FVM score (``lambda * score -> |g|^2`` as lambda -> inf)."""
+    return (G * G).sum(-1)
 
 
 def auc(is_positive: np.ndarray, score: np.ndarray) -> float:
