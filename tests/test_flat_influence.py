@@ -119,7 +119,8 @@ def test_psd_projection_and_large_damping_limit(mlp_point):
     assert torch.allclose(inv.matrix() @ inv.solve(G).T, G.T, atol=1e-8)
     lam = 1e8
     big = C.DampedInverse.of(H, lam)
-    assert torch.allclose(lam * S.vm_score(big, G), (G * G).sum(1), rtol=1e-6)
+    assert torch.allclose(lam * S.vm_score(big, G), S.grad_norm(G), rtol=1e-6)  # the h-identity control
+    assert torch.allclose(lam * S.vm_score(inv.__class__(inv.evecs, inv.evals, lam), G), S.grad_norm(G), rtol=1e-6)
 
 
 def test_lissa_and_cg_reach_the_exact_damped_solution():
@@ -252,3 +253,24 @@ def test_paper_preset_smoke_runs_offline_through_the_cli(tmp_path):
     root = fake_cifar10n(tmp_path / "data")
     record = run_paper_smoke("flat-influence", tmp_path / "run", data_path=root, seeds=2)
     assert record["status"] == "ok" and '"label_set": "aggre"' in json.dumps(record)
+
+
+def test_production_first_order_is_the_tested_if_harm_and_lissa_skips_the_eigendecomposition(mlp_point, monkeypatch):
+    from companion.papers.flat_influence import experiment as E
+    net, theta, X, y = mlp_point
+    p = paper.Params.resolve("quick", curvature="exact_psd")
+    su = E.Setup(net, theta, [(0.01, theta)], X, y, np.zeros(len(y), bool), y, X[:20], y[:20], X, y)
+    h, H_tr = E.first_order(p, su, theta, 20)
+    ref = S.if_harm(C.mean_grad(net, theta, X[:20], y[:20]), C.DampedInverse.of(C.exact_hessian(net, theta, X, y),
+                    p.damping), C.per_sample_grads(net, theta, X, y))
+    assert torch.allclose(h, ref, atol=1e-10)
+    calls = []
+    monkeypatch.setattr(C.DampedInverse, "of", classmethod(lambda cls, H, d: calls.append(1)))
+    lis = E.Curvature("lissa", net, theta, X, y, 1e-1, lissa_iters=2000)
+    assert not calls and not hasattr(lis, "exact")  # LiSSA: matrix-vector products and power iteration only
+    assert lis.lambda_max == pytest.approx(float(torch.linalg.eigvalsh(C.ggn(net, theta, X))[-1]), rel=1e-4)
+    b = torch.randn(net.n_params, dtype=D, generator=torch.Generator().manual_seed(1))
+    monkeypatch.undo()
+    exact = C.DampedInverse.of(C.ggn(net, theta, X), 1e-1).solve(b)
+    assert torch.allclose(lis.solve(b), exact, rtol=1e-3, atol=1e-6)
+
