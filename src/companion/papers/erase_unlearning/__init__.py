@@ -68,7 +68,7 @@ class Params(BaseParams):
                              "(unlearned, fresh-refit control, retrained without the point)")
     distr_n: int = param(6, lo=3, hi=50, help="points of the small 1-d dataset of the exact-in-distribution test "
                          "(k = 1, T = 1, eps = 1)")
-    exact_checks: int = param(20, lo=1, hi=10_000, help="certified deletions per seed checked against a coupled retrain")
+    exact_checks: int = param(20, lo=1, hi=10_000, help="certified deletions (coupling) and reclusters (replay) checked per seed")
     scaling_ns: tuple[int, ...] = param((1000, 4000), lo=100, hi=1_000_000, min_len=2,
                                         help="dataset sizes of the synthetic scaling sweep")
     scaling_deletions: int = param(60, lo=10, hi=10_000, help="ERASE deletions per size in the scaling sweep")
