@@ -177,7 +177,7 @@ def test_params_validation():
         paper.Params.resolve("quick", n_test_names=30)
     with pytest.raises(ParamError):
         paper.Params.resolve("quick", n_head=5)
-    assert paper.Params.resolve("full").seeds == 20
+    assert paper.Params.resolve("full").seeds == 16
 
 
 def _tiny() -> paper.Params:

@@ -334,19 +334,76 @@ def layer_keep_table(results: Results) -> pd.DataFrame:
 
 
 def contrast_table(results: Results) -> pd.DataFrame | str:
-    """OCR ranks with frozen and with trainable name embeddings on the same seeds: mean (s.d.)."""
+    """OCR ranks per seed with frozen and with trainable name embeddings (same seeds, model and data), and the
+    mean over those seeds."""
     seeds = [(k, r) for k, r in zip(results.seeds, results.per_seed) if r.trainable_ocr]
     if not seeds:
         return "the trainable-name contrast did not run (contrast_seeds=0, or the paper preset)"
     rows = {}
-    for label, key in (("names frozen", "ocr"), ("names trainable", "trainable_ocr")):
-        vals = np.array([[getattr(r, key)[o] for o in CONTRAST_ORDERS] for _, r in seeds])
-        vals = np.column_stack([vals, vals[:, 1] - vals[:, 0]])
-        rows[label] = [f"{m:.2f} ({sd:.2f})" for m, sd in zip(vals.mean(0), vals.std(0))]
-    cols = [f"OCR rank {o}" for o in CONTRAST_ORDERS] + ["gap impl_first - facts_first"]
-    return pd.DataFrame.from_dict(rows, orient="index", columns=cols).rename_axis(
-        f"seeds {', '.join(str(k) for k, _ in seeds)}")
+    for k, r in seeds:
+        row = {}
+        for label, got in (("names frozen", r.ocr), ("names trainable", r.trainable_ocr)):
+            row.update({(label, o): got[o] for o in CONTRAST_ORDERS})
+            row[(label, "gap")] = got["impl_first"] - got["facts_first"]
+        rows[str(k)] = row
+    df = pd.DataFrame.from_dict(rows, orient="index")
+    df.loc["mean"] = df.mean()
+    df.columns = pd.MultiIndex.from_tuples(df.columns)
+    return df.round(2).rename_axis("seed")
 
+
+def seed_table(results: Results) -> pd.DataFrame:
+    """Every finding and its controls on every seed (the values the claims table judges)."""
+    from companion.papers.extractive_structures import CLAIMS
+    values = claim_values(results)
+    cols = {}
+    for c in CLAIMS:
+        if c.role != "finding":
+            continue
+        cols[(c.id, "finding")] = values[c.id]
+        for name in c.controls:
+            cols[(c.id, f"control: {name}")] = values[c.control_key(name)]
+    df = pd.DataFrame(cols, index=pd.Index(results.seeds, name="seed"))
+    df.columns = pd.MultiIndex.from_tuples(df.columns)
+    return df.round(2)
+
+
+def page_numbers(results: Results, verdicts) -> dict:
+    """The numbers the page's prose glues in (one key each)."""
+    per = {k: np.asarray(x, dtype=float) for k, x in claim_values(results).items()}
+    end = lambda o: results.values(lambda r: r.stage_a_end.get(o, [np.nan, np.nan])[1])  # noqa: E731
+    out = {"n_seeds": len(results.seeds), "seed0": results.seeds[0], "chance": results.chance}
+    for short, o in (("ff", "facts_first"), ("if", "impl_first"), ("ifr", "impl_first_retained"),
+                     ("joint", "joint")):
+        out[f"ocr_{short}"] = float(np.nanmean(results.values(lambda r, o=o: r.ocr.get(o, np.nan))))
+        out[f"end_{short}"] = float(np.nanmean(end(o)))
+    out["after_phase1"] = float(np.nanmean(results.values(lambda r: r.impl_after_phase1)))
+    for key, name in (("gap", "ordering-gap"), ("gap_joint", "ordering-gap@joint"),
+                      ("gap_ret", "ordering-gap-retained"), ("graft_margin", "graft-margin"),
+                      ("graft_margin_ctrl", "graft-margin@impl-only-graft"), ("graft", "graft-ocr"),
+                      ("graft_ctrl", "graft-ocr@impl-only-graft"), ("no_graft", "no-graft-chance")):
+        out[key], out[f"{key}_min"], out[f"{key}_max"] = (float(np.nanmean(per[name])), float(np.nanmin(per[name])),
+                                                          float(np.nanmax(per[name])))
+    out["gap_ret_pos"] = int(np.sum(per["ordering-gap-retained"] > 0))
+    for v in verdicts:
+        key = "v_" + v.id.replace("-", "_")
+        out[key] = v.verdict
+        for c in v.controls:
+            out[f"{key}_at_{c.name.replace('-', '_')}"] = c.verdict
+    contrast = [r for r in results.per_seed if r.trainable_ocr]
+    out["n_contrast"] = len(contrast)
+    if contrast:
+        frozen = np.array([r.ocr["impl_first"] - r.ocr["facts_first"] for r in contrast])
+        free = np.array([r.trainable_ocr["impl_first"] - r.trainable_ocr["facts_first"] for r in contrast])
+        out.update(tr_gap=float(free.mean()), tr_gap_min=float(free.min()), tr_gap_max=float(free.max()),
+                   fr_gap=float(frozen.mean()), tr_gap_pass=int(np.sum(free >= 3.0)),
+                   tr_ff_worse=int(sum(r.trainable_ocr["facts_first"] > r.ocr["facts_first"] for r in contrast)),
+                   tr_ff=float(np.mean([r.trainable_ocr["facts_first"] for r in contrast])),
+                   fr_ff=float(np.mean([r.ocr["facts_first"] for r in contrast])))
+    else:
+        out.update({k: float("nan") for k in ("tr_gap", "tr_gap_min", "tr_gap_max", "fr_gap", "tr_ff", "fr_ff")})
+        out.update(tr_gap_pass=0, tr_ff_worse=0)
+    return out
 
 
 def stage_a_table(results: Results) -> pd.DataFrame | str:
@@ -355,7 +412,7 @@ def stage_a_table(results: Results) -> pd.DataFrame | str:
     rows = {}
     for k, r in zip(results.seeds, results.per_seed):
         if not r.stage_a_end:
-            return "Stage-A end ranks are logged by the toy only"
+            return "Stage-A end ranks are not logged in this run"
         row = {}
         for o in ORDERS:
             if o in r.stage_a_end:

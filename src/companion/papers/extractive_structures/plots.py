@@ -10,7 +10,8 @@ from companion.papers.extractive_structures import ORDERS, CONTRAST_ORDERS, LOG_
 from companion.papers.extractive_structures.experiment import Results
 
 def plot_ordering(results: Results) -> Figure:
-    """Fact (dashed) and implication (solid) ranks per epoch: Stage A (train names), Stage B (test names)."""
+    """Fact (dashed) and implication (solid) ranks per epoch, one colour per order (facts-first,
+    implications-first, retention-matched implications-first, joint): Stage A (train names), Stage B (test names)."""
     fig, (ax_a, ax_b) = plotting.figure(2, 1, width=4.2, height=3.0)
     if not any(r.traj_a for r in results.per_seed):
         for ax in (ax_a, ax_b):
@@ -54,7 +55,8 @@ def plot_grafting(results: Results) -> Figure:
 
 
 def plot_seeds(results: Results) -> Figure:
-    """OCR rank of every seed and order, with frozen and (if run) trainable name embeddings."""
+    """OCR rank of every seed and order (all four orders on every seed), with frozen and (if run) trainable name
+    embeddings (facts-first and implications-first only)."""
     toy = "names frozen" if results.params.freeze_name_embeddings else "names trainable"
     panels = [("ocr", "pretrained LM" if results.on_lm else toy, ORDERS)]
     if any(r.trainable_ocr for r in results.per_seed):
@@ -66,7 +68,8 @@ def plot_seeds(results: Results) -> Figure:
             ax.scatter(np.full(len(y), i) + np.linspace(-0.15, 0.15, len(y)), y, color=f"C{i}", s=18)
             ax.hlines(y.mean(), i - 0.25, i + 0.25, color="k", lw=1.2)
         ax.axhline(results.chance, color="grey", lw=0.8, ls=":")
-        ax.set_xticks(range(len(orders)), orders)
+        ax.set_xticks(range(len(orders)), [o.replace("_", " ").replace("first ", "first\n") for o in orders],
+                      fontsize=7)
         ax.set(title=title, ylabel="OCR rank on test names", ylim=(-0.5, 2 * results.chance + 0.5))
     return fig
 
