@@ -206,7 +206,18 @@ def test_smoke_and_determinism():
     again = paper.run(dataclasses.replace(params, seeds=1, contrast_seeds=0)).per_seed[0]  # contrast runs last
     assert again.ocr == first.ocr and again.graft == first.graft and not again.trainable_ocr
     assert all(np.isfinite(s).all() for s in first.scores.values())
-    assert list(paper.contrast_table(a).index) == ["names frozen", "names trainable"]
+    contrast = paper.contrast_table(a)
+    assert list(contrast.index) == ["0", "mean"]
+    assert list(contrast.columns.get_level_values(0).unique()) == ["names frozen", "names trainable"]
+    frozen = contrast.loc["0", "names frozen"]
+    assert frozen["gap"] == pytest.approx(frozen["impl_first"] - frozen["facts_first"], abs=0.011)
+    table = paper.seed_table(a)  # every finding beside each of its controls, per seed
+    assert {c.id for c in paper.CLAIMS if c.role == "finding"} == set(table.columns.get_level_values(0))
+    assert table[("graft-ocr", "control: impl-only-graft")].tolist() == pytest.approx(
+        [r.graft["control"][0] for r in a.per_seed], abs=0.006)
+    assert list(paper.stage_a_table(a).index) == [0, 1]
+    numbers = paper.page_numbers(a, verdicts)
+    assert numbers["v_ordering_gap_at_joint"] in ("HOLDS", "FAILS", "INCONCLUSIVE") and numbers["n_contrast"] == 1
     for plot in (paper.plot_ordering, paper.plot_seeds, paper.plot_grafting, paper.plot_scores):
         plot(a)
 
