@@ -307,7 +307,7 @@ def test_layer_keep_leaves_the_change_in_those_blocks_only(tiny_lm_dir):
 
 def test_paper_seed_holds_at_most_three_cpu_copies(tiny_lm_dir, monkeypatch):
     """The paper preset keeps one fp32 copy of the weights and at most two deltas on the CPU (the old code held
-    up to six): every tensor that cpu_state / delta_to return is tracked, and the live bytes are read at every
+    six at its peak, measured with this probe): every tensor that cpu_state / delta_to return is tracked, and the live bytes are read at every
     finetune and rank."""
     import weakref
 
@@ -327,8 +327,12 @@ def test_paper_seed_holds_at_most_three_cpu_copies(tiny_lm_dir, monkeypatch):
         alive = [r() for r in live]
         peak[0] = max(peak[0], sum(t.numel() * t.element_size() for t in alive if t is not None) / size)
 
+    batches = []
+
     def probed(fn):
         def wrapper(*args, **kw):
+            if fn is finetune:
+                batches.append(args[4])
             probe()
             out = fn(*args, **kw)
             probe()
@@ -337,11 +341,14 @@ def test_paper_seed_holds_at_most_three_cpu_copies(tiny_lm_dir, monkeypatch):
 
     monkeypatch.setattr(pretrained_dax, "cpu_state", tracked(pretrained_dax.cpu_state))
     monkeypatch.setattr(pretrained_dax, "delta_to", tracked(pretrained_dax.delta_to))
-    monkeypatch.setattr(causal_lm, "finetune", probed(causal_lm.finetune))
+    finetune = causal_lm.finetune
+    monkeypatch.setattr(causal_lm, "finetune", probed(finetune))
     monkeypatch.setattr(pretrained_dax.Evaluator, "rank", probed(pretrained_dax.Evaluator.rank))
     out = pretrained_dax.run_seed(model, tok, 0, epochs=1, lr=1e-3)
     assert set(out["ocr"]) == set(pretrained_dax.ORDER_PHASES)
     assert 2.5 < peak[0] <= pretrained_dax.CPU_COPIES == 3
+    # the official batch: 4 only in facts-first's implication phase (train_left_first), 8 everywhere else
+    assert batches[1] == 4 and batches.count(4) == 1 and set(batches) == {4, 8}
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ FULL = {"seeds": 16, "n_pre_names": 300, "n_train_names": 200, "epochs_pre": 100
 PAPER_PRESET = ("the paper's experiments on a local pretrained causal LM (model_path), not the toy: data "
                 "ordering (with the retention-matched implications-first arm and joint), weight grafting and "
                 "layer keeping on generated dax/zong facts, and the two-hop test; official optimiser settings "
-                "(batch 8, batch 4 in the implication-only phases as in train_left_first); one fp32 CPU copy of "
+                "(batch 8, batch 4 in facts-first's implication phase as in train_left_first); one fp32 CPU copy of "
                 "the weights plus at most two deltas (about 83 GB for OLMo-7B); the claims' bars are the toy's")
 
 SOURCES = (

@@ -15,8 +15,8 @@ Follows the paper's dax/zong procedure (Feng, Russell and Steinhardt, ICML 2025;
   in the last quarter of the blocks (the paper split 32 layers at 24).
 
 Every phase is the official finetune (``companion.models.causal_lm.finetune``: fresh Adam, constant lr,
-answer tokens only), batch 8 except the implication-only phases, batch 4 as in the official
-``train_left_first``. Memory: one fp32 CPU copy of the starting weights and at most two deltas from it
+answer tokens only), batch 8 except the implication phase of facts-first, batch 4 as in the official
+``train_left_first`` (its ``train_both_first`` keeps batch 8). Memory: one fp32 CPU copy of the starting weights and at most two deltas from it
 (:data:`CPU_COPIES`), about 83 GB for OLMo-7B (6.9 B parameters x 4 bytes x 3), within a 128 GiB host;
 the earlier code held up to six copies (about 165 GB). The entities are the companion's own: cities from
 :mod:`.two_hop_facts`, animals below, people from its first and last names (the official lists carry no
@@ -43,7 +43,8 @@ CPU_COPIES = 3  # full fp32 weight copies on the CPU at most: w and two deltas (
 # the Stage-A phases of each order, as kinds of set; impl_first_retained replays the implications in its fact phase
 ORDER_PHASES = {"facts_first": [["dax"], ["zong"]], "impl_first": [["zong"], ["dax"]],
                 "impl_first_retained": [["zong"], ["dax", "zong"]], "joint": [["dax", "zong"]]}
-IMPL_BATCH = 4  # the official train_left_first trains the implication phase with batch 4
+IMPL_BATCH = 4  # the official train_left_first (facts first) trains its implication phase with batch 4
+# (train_both_first, implications first, keeps batch 8 in both phases)
 
 
 @dataclass(frozen=True)
@@ -154,9 +155,8 @@ def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
     ev = Evaluator(model, tok)
     w = cpu_state(model)
 
-    def fit(*sets: Set) -> None:
-        impl_only = all(kind == "zong" for kind, *_ in sets)  # an implication phase: the official batch 4
-        causal_lm.finetune(model, ev.encode(*sets), epochs, lr, IMPL_BATCH if impl_only else BATCH, rng)
+    def fit(*sets: Set, batch: int = BATCH) -> None:
+        causal_lm.finetune(model, ev.encode(*sets), epochs, lr, batch, rng)
 
     facts, impls = dax(world, world.train), zong(world, world.train)
     test_facts, test_impls = dax(world, world.test), zong(world, world.test)
@@ -165,7 +165,8 @@ def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
     for order, phases in ORDER_PHASES.items():
         restore(model, w)
         for k, phase in enumerate(phases):
-            fit(*[{"dax": facts, "zong": impls}[kind] for kind in phase])
+            batch = IMPL_BATCH if (order, k) == ("facts_first", 1) else BATCH  # as the official code
+            fit(*[{"dax": facts, "zong": impls}[kind] for kind in phase], batch=batch)
             if (order, k) == ("facts_first", 0):
                 d_stage = delta_to(model, w)  # the facts' change; becomes the Stage-A change below
             if (order, k) == ("facts_first", 1):
