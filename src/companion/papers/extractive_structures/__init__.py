@@ -33,11 +33,11 @@ the paper preset (:mod:`.paper_preset`) load on first use.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from companion.claims import Claim
 from companion.contract import exports
 from companion.fetch import Source
-from companion.models import causal_lm
 from companion.params import BaseParams, ParamError, local_default, param, require_path, resolve_path
 
 ORDERS = ("facts_first", "impl_first", "impl_first_retained", "joint")
@@ -64,6 +64,16 @@ SOURCES = (
     Source("model", "OLMo-7B, the paper's main model (Hugging Face format)", "Apache-2.0",
            repo_id="allenai/OLMo-7B-hf", allow=("*.json", "*.safetensors", "*.txt", "*.model")),
 )
+
+
+def _model_dir_problem(folder: Path) -> str | None:
+    """Why ``folder`` is not a saved Hugging Face model folder (torch-free, as
+    ``companion.models.causal_lm.model_dir_problem``), or ``None``."""
+    if not Path(folder).is_dir():
+        return f"{str(folder)!r} is not a directory"
+    if not (Path(folder) / "config.json").is_file():
+        return f"{str(folder)!r} has no config.json (save the model with save_pretrained)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ class Params(BaseParams):
         if self.preset == "paper":
             require_path("model_path", self.model_path, "a Hugging Face causal LM folder (config.json, "
                          "weights and tokenizer; the paper used OLMo-7B)", "dir")
-        problem = causal_lm.model_dir_problem(str(resolve_path(self.model_path))) if self.model_path else None
+        problem = _model_dir_problem(resolve_path(self.model_path)) if self.model_path else None
         if problem:
             raise ParamError(f"parameter 'model_path': {problem}; give a local folder holding a Hugging Face "
                              "causal LM and its tokenizer")
