@@ -82,7 +82,7 @@ class Params(BaseParams):
 
     seeds: int = param(5, lo=1, hi=64, help="number of seeds the claims are evaluated over (8 before issue 46)")
     n_pre_names: int = param(200, lo=50, hi=2000, help="pretraining names (dax facts only)")
-    n_train_names: int = param(160, lo=40, hi=1000, help="training names (the three orders, grafting)")
+    n_train_names: int = param(160, lo=40, hi=1000, help="training names (the four orders, grafting)")
     n_test_names: int = param(40, lo=5, hi=1000, help="test names per test finetune; a multiple of n_cities")
     test_slices: int = param(3, lo=1, hi=10, help="test finetunes per order, each from the same Stage-A "
                              "model on its own new names (more evaluation items)")
@@ -99,8 +99,8 @@ class Params(BaseParams):
     freeze_name_embeddings: bool = param(True, help="False shows the failure mode")
     run_grafting: bool = param(True, help="run the weight-grafting experiment")
     run_scores: bool = param(True, help="compute the extractive-score heatmaps")
-    trace_seeds: int = param(2, lo=1, hi=64, help="the first seeds also run the joint order and log "
-                             "per-epoch ranks (figures)")
+    trace_seeds: int = param(2, lo=1, hi=64, help="the first seeds log per-epoch ranks (figure); every "
+                             "seed runs all four orders")
     contrast_seeds: int = param(1, lo=0, hi=64, help="the first seeds rerun with trainable name embeddings")
     model_path: str = param("", help="local folder of a pretrained causal LM: quick and full also run the "
                             "paper's two-hop test on it (empty = toy only); the paper preset runs ordering, "
