@@ -6,11 +6,14 @@ and for each final centroid, in centroid order, the nearest example not chosen y
 in-context demonstration (ties to the lowest id). Unlearning a point runs the Q-k-means
 certificate; when it passes the prompt is unchanged unless the point was a demonstration (then
 the selection is redone from that centroid on); when it fails, Q-k-means is retrained on the rest
-with the SAME k-means++ seeds (by id) and lattice phases, unless the point is itself a seed (then
-with fresh randomness). That makes unlearning exact in distribution: conditioned on x not being a
-seed, k-means++ on D draws its seeds as k-means++ on D minus x does, and the phases do not depend on
-the data. ``refit="fresh"`` keeps the reference code's rule (every failed certificate retrains with
-fresh randomness), which is not exact in distribution: it is the control of that finding.
+with the SAME race key and lattice phases (:func:`qkmeans.race_retrain`; the seeds only move when
+the deleted point is one of them). With the id-keyed race seeding the model after unlearning is a
+function of (D minus x, the randomness) on every path: it equals retraining without x with the same
+randomness, exactly, hence also in distribution. Two controls keep the rules that are not exact:
+``refit="fresh"`` (the reference code: every failed certificate retrains with fresh randomness) and
+``seeding="sequential"`` with ``refit="coupled"`` (the previous rule: position-keyed sequential
+k-means++, keep the seeds unless x is one, fresh randomness when it is; k-means++ conditioned on
+never picking x is not k-means++ on D minus x when k >= 2).
 The random-k baseline and the per-class variant live here too.
 """
 
@@ -25,6 +28,7 @@ import numpy as np
 from companion.papers.erase_unlearning import qkmeans as qk
 
 REFITS = ("coupled", "fresh")
+SEEDINGS = ("race", "sequential")
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class Deletion:
     """One unlearning request: which path it took, counted FLOPs and wall seconds."""
 
     pid: int
-    path: str  # certified | certified-selected | recluster | recluster-seed | recluster-fresh | random-*
+    path: str  # certified | certified-selected | recluster | recluster-seed | recluster-seed-fresh | recluster-fresh | random-*
     flops: int
     seconds: float
 
@@ -63,14 +67,19 @@ class Erase:
     """A Q-k-means model plus its k demonstrations, with exact unlearning."""
 
     def __init__(self, Z: np.ndarray, ids: np.ndarray, cfg: qk.Config, rng: np.random.Generator,
-                 refit: str = "coupled") -> None:
+                 refit: str = "coupled", seeding: str = "race") -> None:
         """``Z``: projected embeddings (n, d'); ``ids``: sorted point ids; ``rng`` draws all randomness;
-        ``refit``: ``coupled`` (same seeds and phases unless x is a seed) or ``fresh`` (the control)."""
+        ``refit``: ``coupled`` (same randomness) or ``fresh`` (a control); ``seeding``: the id-keyed
+        ``race`` or the position-keyed ``sequential`` k-means++ sampler (a control, with ``coupled``:
+        keep the seeds unless x is one, fresh randomness when it is)."""
         if refit not in REFITS:
             raise ValueError(f"refit must be one of {REFITS}, not {refit!r}")
+        if seeding not in SEEDINGS:
+            raise ValueError(f"seeding must be one of {SEEDINGS}, not {seeding!r}")
         self.rng = rng
         self.refit = refit
-        self.state = qk.fit_random(qk.to_fixed(Z), np.asarray(ids), cfg, rng)
+        self.seeding = seeding
+        self.state = qk.fit_random(qk.to_fixed(Z), np.asarray(ids), cfg, rng, seeding)
         self.selected = select(self.state)
 
     @property
@@ -95,19 +104,25 @@ class Erase:
                 self.selected = select(st, j, self.selected)
                 flops += qk.flops_distances(n, k - j, self.d) + n * (k - j)
                 path = "certified-selected"
-        elif self.refit == "coupled" and r not in st.init_rows:
+        elif self.refit == "coupled" and r not in st.init_rows:  # the seeds stay (race or sequential)
             st.alive[r] = False
             self.state = qk.coupled_retrain(st)
             self.selected = select(self.state)
             flops += qk.flops_lloyd(n, k, self.d, st.cfg.iters) + qk.flops_distances(n, k, self.d) + n * k
             path = "recluster"
+        elif self.refit == "coupled" and self.seeding == "race":  # x is a seed: re-race with the same key
+            st.alive[r] = False
+            self.state = qk.race_retrain(st)
+            self.selected = select(self.state)
+            flops += qk.flops_fit(n, k, self.d, st.cfg.iters) + qk.flops_distances(n, k, self.d) + n * k
+            path = "recluster-seed"
         else:
             X, ids = qk.compact(st)
             keep = ids != pid
-            self.state = qk.fit_random(X[keep], ids[keep], st.cfg, self.rng)
+            self.state = qk.fit_random(X[keep], ids[keep], st.cfg, self.rng, self.seeding)
             self.selected = select(self.state)
             flops += qk.flops_fit(n, k, self.d, st.cfg.iters) + qk.flops_distances(n, k, self.d) + n * k
-            path = "recluster-seed" if r in st.init_rows else "recluster-fresh"
+            path = "recluster-seed-fresh" if r in st.init_rows else "recluster-fresh"
         return Deletion(int(pid), path, int(flops), time.perf_counter() - start)
 
 
@@ -137,7 +152,7 @@ class PerClassErase:
     """The per-class variant: one ERASE model with ceil(k / C) clusters per class; prompts concatenated."""
 
     def __init__(self, Z: np.ndarray, ids: np.ndarray, labels: np.ndarray, cfg: qk.Config,
-                 rng: np.random.Generator, refit: str = "coupled") -> None:
+                 rng: np.random.Generator, refit: str = "coupled", seeding: str = "race") -> None:
         """Split by label and fit one model per class on that class's points (classes with too few points are skipped)."""
         classes = np.unique(labels)
         per = math.ceil(cfg.k / len(classes))
@@ -148,7 +163,7 @@ class PerClassErase:
             if len(rows) >= per:
                 m_c = cfg.m * cfg.k / per * len(rows) / len(labels)  # the same gamma: m = gamma n0 / k
                 self.models[int(c)] = Erase(Z[rows], np.asarray(ids)[rows], qk.Config(per, cfg.iters, cfg.eps, m_c), rng,
-                                         refit)
+                                         refit, seeding)
 
     @property
     def selected(self) -> np.ndarray:

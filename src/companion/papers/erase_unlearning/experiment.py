@@ -123,6 +123,14 @@ def attention_learner(task: Task, tau: float) -> Learner:
     return acc
 
 
+def always_flops(n: Any, k: int, d: int, iters: int, seed_share: Any) -> Any:
+    """The recluster-always control: ERASE's own recluster on every request, without the certificate --
+    T Lloyd steps from the kept seeds and the selection, plus the k-means++ race pass for the share of
+    requests that delete a seed (1 or 0 for a known request; k / n for a uniform one)."""
+    return (qk.flops_lloyd(n, k, d, iters) + qk.flops_distances(n, k, d) + n * k
+            + seed_share * qk.flops_kmeanspp(n, k, d))
+
+
 def tokens(text: str) -> float:
     """Rough LLM token count of a short English text: 4/3 tokens per word."""
     return 4.0 / 3.0 * len(text.split())
@@ -135,18 +143,31 @@ def run_seed(params: Params, task: Task, seed: int, learner: Learner) -> SeedRes
     Z_all = task.E_train @ projection(D, params.proj_dim, seed)
     cfg = qk_config(params, n)
     head = sisa.HeadConfig(128, task.n_classes, params.ft_epochs)
-    # accuracy against k (fresh models per k; the k_shots model is the one unlearned below)
-    acc_k: dict[str, list[float]] = {"ERASE": [], "random-k": [], "per-class ERASE": []}
-    for k in params.k_grid:
-        acc_k["ERASE"].append(learner(Erase(Z_all, ids, qk_config(params, n, k), np.random.default_rng([seed, 2, k])).selected))
-        acc_k["random-k"].append(learner(RandomK(ids, k, np.random.default_rng([seed, 3, k])).selected))
-        acc_k["per-class ERASE"].append(learner(PerClassErase(Z_all, ids, task.y_train, qk_config(params, n, k),
-                                                              np.random.default_rng([seed, 4, k])).selected))
     models = {"ERASE": Erase(Z_all, ids, cfg, np.random.default_rng([seed, 5])),
               "random-k": RandomK(ids, params.k_shots, np.random.default_rng([seed, 6])),
               "per-class ERASE": PerClassErase(Z_all, ids, task.y_train, cfg, np.random.default_rng([seed, 7]))}
-    acc = {name: learner(m.selected) for name, m in models.items()}
-    acc["second random-k"] = learner(RandomK(ids, params.k_shots, np.random.default_rng([seed, 11])).selected)
+
+    def random_mean(k: int) -> float:
+        """Mean test accuracy over ``random_prompts`` independent random-k prompts (the k_shots model first)."""
+        first = [models["random-k"]] if k == params.k_shots else []
+        more = [RandomK(ids, k, np.random.default_rng([seed, 3, k, j]))
+                for j in range(params.random_prompts - len(first))]
+        return float(np.mean([learner(m.selected) for m in first + more]))
+
+    acc = {"ERASE": learner(models["ERASE"].selected), "random-k": random_mean(params.k_shots),
+           "per-class ERASE": learner(models["per-class ERASE"].selected)}
+    acc["single random-k"] = learner(RandomK(ids, params.k_shots, np.random.default_rng([seed, 11])).selected)
+    # accuracy against k (fresh models per k; at k = k_shots the models unlearned below)
+    acc_k: dict[str, list[float]] = {"ERASE": [], "random-k": [], "per-class ERASE": []}
+    for k in params.k_grid:
+        if k == params.k_shots:
+            for name in acc_k:
+                acc_k[name].append(acc[name])
+            continue
+        acc_k["ERASE"].append(learner(Erase(Z_all, ids, qk_config(params, n, k), np.random.default_rng([seed, 2, k])).selected))
+        acc_k["random-k"].append(random_mean(k))
+        acc_k["per-class ERASE"].append(learner(PerClassErase(Z_all, ids, task.y_train, qk_config(params, n, k),
+                                                              np.random.default_rng([seed, 4, k])).selected))
     coverage = len(np.unique(task.y_train[models["ERASE"].selected])) / task.n_classes
     ft_model, ft_examples = sisa.train_full(task.E_train, task.y_train, head, seed)
     acc["FT"] = float(np.mean(sisa.predict(ft_model, task.E_test) == task.y_test))
@@ -163,8 +184,8 @@ def run_seed(params: Params, task: Task, seed: int, learner: Learner) -> SeedRes
         before_rng = copy.deepcopy(erase.rng.bit_generator.state)
         before = copy.deepcopy(erase.state) if recl_n < params.exact_checks else None
         n_rest = erase.state.n_alive - 1
-        always.append(float(qk.flops_fit(n_rest, k, d, params.iters_T) + qk.flops_distances(n_rest, k, d)
-                            + n_rest * k + qk.flops_certificate(1, d)))
+        is_seed = qk.row_of(erase.state, int(pid)) in erase.state.init_rows
+        always.append(float(always_flops(n_rest, k, d, params.iters_T, float(is_seed))))
         rec = erase.unlearn(int(pid))
         deletions["ERASE"].append(rec)
         if rec.path.startswith("certified") and cert_n < params.exact_checks:
@@ -176,6 +197,8 @@ def run_seed(params: Params, task: Task, seed: int, learner: Learner) -> SeedRes
             before.alive[r] = False
             if rec.path == "recluster":
                 twin = qk.coupled_retrain(before)
+            elif rec.path == "recluster-seed":
+                twin = qk.race_retrain(before)
             else:
                 gen = np.random.default_rng()
                 gen.bit_generator.state = before_rng
@@ -237,7 +260,7 @@ def scaling_point(params: Params, n: int, seed: int, eps: float, proj_dim: int) 
     recs = [model.unlearn(int(i)) for i in rng.choice(n, size=params.scaling_deletions, replace=False)]
     flops = np.array([r.flops for r in recs], dtype=float)
     k, m = params.k_shots, n - 1 - np.arange(len(recs))
-    always = qk.flops_fit(m, k, proj_dim, params.iters_T) + qk.flops_distances(m, k, proj_dim) + m * k
+    always = always_flops(m, k, proj_dim, params.iters_T, k / (m + 1))
     return {"seed": seed, "n": n, "eps": eps, "proj_dim": proj_dim,
             "pass_rate": float(np.mean([not r.path.startswith("recluster") for r in recs])),
             "always_mean_flops": float(np.mean(always)),
@@ -258,32 +281,62 @@ def scaling(params: Params) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------- exact in distribution
-DISTR_ARMS = ("unlearned", "fresh-refit", "retrained")
+DISTR_ARMS = ("unlearned", "fresh-refit", "keep-seeds", "retrained")
+DISTR_Z = (3.43, 1.47, -0.03, 1.18, -1.86)  # the cold read's 5-point case (1-d), x = id 4 deleted
+DISTR_X = 4
+DISTR_K, DISTR_T, DISTR_EPS, DISTR_M = 2, 1, 2.0, 0.5  # m = gamma n0 / k with gamma = 0.2, n0 = 5
+
+
+def distr_config() -> qk.Config:
+    """Q-k-means settings of the exact-in-distribution test (k = 2: the seed rule matters)."""
+    return qk.Config(DISTR_K, DISTR_T, DISTR_EPS, DISTR_M)
 
 
 def distribution_draws(params: Params, seed: int) -> dict[str, Any]:
-    """The prompt (here one demonstration id: k = 1) over ``distr_draws`` independent draws per arm, on a
-    small 1-d dataset of ``distr_n`` standard-normal points, deleting the point farthest from the mean:
-    ERASE then unlearning (coupled refit), ERASE then unlearning with the fresh-refit rule (the control;
-    both from the same fits), and ERASE trained on D minus x (k = 1, T = 1, eps = 1, m = gamma n0 / k)."""
-    rng = np.random.default_rng([seed, 30])
-    Z = rng.standard_normal((params.distr_n, 1))
-    ids = np.arange(params.distr_n)
-    x = int(np.argmax(np.abs(Z[:, 0] - Z[:, 0].mean())))
-    keep = ids != x
-    cfg = qk.Config(1, 1, 1.0, params.gamma_momentum * params.distr_n)
+    """The ordered prompt (the k = 2 demonstration ids in centroid order) over ``distr_draws`` independent
+    draws per arm on the fixed 5-point set ``DISTR_Z``, deleting ``DISTR_X``: ERASE then unlearning (id-keyed
+    race seeding, same-randomness refit), ERASE with the fresh-refit rule (control), the previous
+    keep-seeds rule with the position-keyed sequential k-means++ sampler (control), and the textbook
+    (sequential) ERASE trained on D minus x. Every draw also checks that the unlearned model equals the
+    model trained on D minus x with the same randomness, bit for bit."""
+    Z = np.asarray(DISTR_Z, dtype=float)[:, None]
+    ids = np.arange(len(Z))
+    keep = ids != DISTR_X
+    cfg = distr_config()
     counts = {arm: Counter() for arm in DISTR_ARMS}
-    paths = Counter()
+    paths: Counter = Counter()
+    same = 0
     for i in range(params.distr_draws):
-        coupled = Erase(Z, ids, cfg, np.random.default_rng([seed, 31, i]))
-        fresh = Erase(Z, ids, cfg, np.random.default_rng([seed, 31, i]), refit="fresh")
-        paths[coupled.unlearn(x).path] += 1
-        fresh.unlearn(x)
-        counts["unlearned"][int(coupled.selected[0])] += 1
-        counts["fresh-refit"][int(fresh.selected[0])] += 1
-        counts["retrained"][int(Erase(Z[keep], ids[keep], cfg, np.random.default_rng([seed, 32, i])).selected[0])] += 1
-    return {"seed": seed, "x": x, "Z": Z[:, 0].tolist(), "counts": {a: dict(c) for a, c in counts.items()},
-            "paths": dict(paths)}
+        model = Erase(Z, ids, cfg, np.random.default_rng([seed, 31, i]))
+        paths[model.unlearn(DISTR_X).path] += 1
+        twin = Erase(Z[keep], ids[keep], cfg, np.random.default_rng([seed, 31, i]))
+        same += qk.same_state(model.state, twin.state) and np.array_equal(model.selected, twin.selected)
+        fresh = Erase(Z, ids, cfg, np.random.default_rng([seed, 33, i]), refit="fresh")
+        fresh.unlearn(DISTR_X)
+        old = Erase(Z, ids, cfg, np.random.default_rng([seed, 34, i]), seeding="sequential")
+        old.unlearn(DISTR_X)
+        textbook = Erase(Z[keep], ids[keep], cfg, np.random.default_rng([seed, 32, i]), seeding="sequential")
+        for arm, m in (("unlearned", model), ("fresh-refit", fresh), ("keep-seeds", old), ("retrained", textbook)):
+            counts[arm][",".join(str(int(q)) for q in m.selected)] += 1
+    return {"seed": seed, "x": DISTR_X, "Z": list(DISTR_Z), "counts": {a: dict(c) for a, c in counts.items()},
+            "paths": dict(paths), "same_randomness_equal": same}
+
+
+def keep_seeds_law_gap() -> dict[str, float]:
+    """Exact seed-sequence laws on ``DISTR_Z`` (enumeration): total variation between k-means++ on D minus x
+    and the keep-seeds rule (k-means++ on D conditioned on never picking x, or on D minus x afresh when x
+    was picked); and the cold read's example (points 0, 1, 10, k = 2, x = 10): the order (0, 1) has
+    probability 0.5 on D minus x and ``cond_01`` given x never picked."""
+    Z = np.asarray(DISTR_Z, dtype=float)
+    rest = qk.kmeanspp_law(np.delete(Z, DISTR_X), DISTR_K)
+    cond = qk.kmeanspp_law_avoiding(Z, DISTR_K, DISTR_X)
+    p_seed = sum(v for s, v in qk.kmeanspp_law(Z, DISTR_K).items() if DISTR_X in s)
+    mix = {s: (1 - p_seed) * cond.get(s, 0.0) + p_seed * rest.get(s, 0.0) for s in set(rest) | set(cond)}
+    tv = 0.5 * sum(abs(mix.get(s, 0.0) - rest.get(s, 0.0)) for s in set(mix) | set(rest))
+    toy = qk.kmeanspp_law_avoiding(np.array([0.0, 1.0, 10.0]), 2, 2)
+    toy_rest = qk.kmeanspp_law(np.array([0.0, 1.0]), 2)
+    return {"seed_tv": float(tv), "p_x_seed": float(p_seed), "cond_01": float(toy[(0, 1)]),
+            "cond_10": float(toy[(1, 0)]), "rest_01": float(toy_rest[(0, 1)])}
 
 
 def homogeneity(a: dict[int, int], b: dict[int, int], min_count: int = 10) -> tuple[float, int, float]:
@@ -307,10 +360,12 @@ def distribution_table(results: "Results") -> pd.DataFrame:
     """Per seed: total variation and chi-square p-value of each arm against retraining on D minus x."""
     rows = []
     for dr in results.distribution:
-        row: dict[str, Any] = {"seed": dr["seed"], "points": len(dr["Z"]),
+        row: dict[str, Any] = {"seed": dr["seed"],
+                               "x-is-seed share": dr["paths"].get("recluster-seed", 0) / results.params.distr_draws,
                                "recluster share": (dr["paths"].get("recluster", 0) + dr["paths"].get("recluster-seed", 0))
-                               / results.params.distr_draws}
-        for arm in ("unlearned", "fresh-refit"):
+                               / results.params.distr_draws,
+                               "same-randomness equal": dr["same_randomness_equal"] / results.params.distr_draws}
+        for arm in ("unlearned", "fresh-refit", "keep-seeds"):
             stat, dof, tv = homogeneity(dr["counts"][arm], dr["counts"]["retrained"])
             row[f"TV {arm}"] = tv
             row[f"p {arm}"] = float(stats.chi2.sf(stat, dof)) if dof else 1.0
@@ -414,6 +469,8 @@ def claim_values(results: Results) -> dict[str, Any]:
     return {
         "exact-in-distribution": exact_in_distribution(results, "unlearned"),
         "exact-in-distribution@fresh-refit": exact_in_distribution(results, "fresh-refit"),
+        "exact-in-distribution@keep-seeds": exact_in_distribution(results, "keep-seeds"),
+        "same-randomness": _share([(dr["same_randomness_equal"], p.distr_draws) for dr in results.distribution]),
         "coupled-certified": _share([r.coupled_certified for r in rs]),
         "replay-recluster": _share([r.replay_recluster for r in rs]),
         "cost-median": [x["median"] for x in ratios],
@@ -426,7 +483,7 @@ def claim_values(results: Results) -> dict[str, Any]:
         "acc-vs-ft": [r.acc["ERASE"] - r.acc["FT"] for r in rs],
         "acc-vs-ft@random-k": [r.acc["random-k"] - r.acc["FT"] for r in rs],
         "acc-vs-random": [r.acc["ERASE"] - r.acc["random-k"] for r in rs],
-        "acc-vs-random@second-random-k": [r.acc["second random-k"] - r.acc["random-k"] for r in rs],
+        "acc-vs-random@single-random-k": [r.acc["single random-k"] - r.acc["random-k"] for r in rs],
         "holistic-crossing": results.holistic["crossing_gap"],
     }
 
@@ -504,7 +561,7 @@ def glue_values(results: Results) -> dict[str, float]:
     dist = distribution_table(results)
     return {
         "acc_erase": float(acc["ERASE"]), "acc_random": float(acc["random-k"]),
-        "acc_random2": float(acc["second random-k"]),
+        "acc_random1": float(acc["single random-k"]),
         "acc_perclass": float(acc["per-class ERASE"]), "acc_ft": float(acc["FT"]), "acc_sisa": float(acc["SISA"]),
         "coverage": float(np.mean([r.coverage for r in rs])),
         "pass_rate": 1.0 - _recluster_share(pth),
@@ -528,7 +585,16 @@ def glue_values(results: Results) -> dict[str, float]:
         "distr_tv_unlearned": float(dist["TV unlearned"].mean()), "distr_tv_fresh": float(dist["TV fresh-refit"].mean()),
         "distr_p_unlearned": exact_in_distribution(results, "unlearned"),
         "distr_p_fresh": exact_in_distribution(results, "fresh-refit"),
-        "distr_draws": int(p.distr_draws), "distr_n": int(p.distr_n), "n_train": int(p.n_train),
+        "distr_tv_keep": float(dist["TV keep-seeds"].mean()),
+        "distr_p_keep": exact_in_distribution(results, "keep-seeds"),
+        "distr_same_share": float(dist["same-randomness equal"].mean()),
+        "distr_seed_share": float(dist["x-is-seed share"].mean()),
+        "distr_draws": int(p.distr_draws), "distr_n": len(DISTR_Z), "distr_k": DISTR_K, "distr_T": DISTR_T,
+        "distr_eps": DISTR_EPS, "distr_m": DISTR_M, "distr_x": DISTR_X, "distr_xval": DISTR_Z[DISTR_X],
+        **{f"law_{key}": val for key, val in keep_seeds_law_gap().items()},
+        "n_train": int(p.n_train), "n_test": int(p.n_test), "k_shots": int(p.k_shots), "proj_dim": int(p.proj_dim),
+        "iters_T": int(p.iters_T), "eps": float(p.eps), "random_prompts": int(p.random_prompts),
+        "n_seeds": len(rs),
         "per_cluster": float(p.n_train / p.k_shots),
         "rho_star": float(h["rho_star"]),
         "queries_per_deletion": float(1.0 / h["rho_star"]) if h["rho_star"] > 0 else float("inf"),

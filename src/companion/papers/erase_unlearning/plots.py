@@ -90,8 +90,9 @@ def plot_holistic(results: Results) -> Figure:
 
 
 def plot_distribution(results: Results) -> Figure:
-    """Per seed, the frequency of each prompt (the one demonstration id) after unlearning (coupled refit),
-    under the fresh-refit control, and after retraining on D minus x."""
+    """Per seed, the frequency of each ordered prompt (k = 2 demonstration ids in centroid order) after
+    unlearning (race seeding, same randomness), under the fresh-refit and keep-seeds controls, and after
+    textbook training on D minus x."""
     dist = results.distribution
     fig, axes = plotting.figure(ncols=len(dist), width=2.6, height=2.8)
     axes = np.atleast_1d(axes)
@@ -101,9 +102,9 @@ def plot_distribution(results: Results) -> Figure:
         for i, arm in enumerate(DISTR_ARMS):
             c = dr["counts"][arm]
             tot = sum(c.values())
-            ax.bar(np.arange(len(keys)) + (i - 1) * width, [c.get(k, 0) / tot for k in keys], width, label=arm)
-        ax.set_xticks(np.arange(len(keys)), [str(k) for k in keys])
-        ax.set_xlabel(f"prompt id (seed {dr['seed']}, x = {dr['x']})")
+            ax.bar(np.arange(len(keys)) + (i - (len(DISTR_ARMS) - 1) / 2) * width, [c.get(k, 0) / tot for k in keys], width, label=arm)
+        ax.set_xticks(np.arange(len(keys)), [f"({k})" for k in keys], rotation=60, fontsize=7)
+        ax.set_xlabel(f"ordered prompt (seed {dr['seed']}, x = {dr['x']})")
     axes[0].set_ylabel("frequency over draws")
     axes[0].legend(fontsize=7)
     return fig

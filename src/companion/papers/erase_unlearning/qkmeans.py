@@ -14,6 +14,16 @@ Written by hand, after reading the reference code ``tginart/deletion-efficient-k
 
 A certified deletion leaves the trajectory identical to training on the remaining data with the
 same initial seeds and the same lattice phases (:func:`coupled_retrain` builds that twin).
+
+k-means++ seeds are drawn by an exponential race keyed by point id (:func:`kmeanspp_race`): at step
+t every remaining point i gets ``E_{t,i} ~ Exp(1)`` from a hash of (race key, t, id), independent of
+the data, and the seed is ``argmin_i E_{t,i} / w_t(i)`` with ``w_t`` the D^2 weight (1 at the first
+step). That is k-means++ in law (a race of exponentials picks i with probability ``w_t(i) / sum w_t``),
+and it makes the seeds a function of (data, key) that does not move when a non-seed is deleted:
+unlearning then equals retraining on the rest with the same key and phases on every path
+(:func:`race_retrain`). The position-keyed sequential sampler (:func:`kmeanspp`) is kept as the
+control: with it, "keep the seeds unless x is one" is k-means++ conditioned on never picking x,
+which is not k-means++ on the rest (:func:`kmeanspp_law` enumerates both laws).
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ class State:
     prev: np.ndarray  # (T, k, d) centroids before each step
     lattice: np.ndarray  # (T, k, d) int64 lattice index of each step's quantized centroid
     centroids: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # (k, d) final C_T
+    key: int | None = None  # race key of the id-keyed k-means++ seeding (None: the sequential sampler)
 
     @property
     def n_alive(self) -> int:
@@ -117,13 +128,93 @@ def kmeanspp(Xf: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(rows)
 
 
-def draw_randomness(X: np.ndarray, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The data-dependent seeds (k-means++) and the data-independent phases ``theta_t ~ U[0,1)^d``."""
-    init = kmeanspp(to_float(X), cfg.k, rng)
-    return init, rng.random((cfg.iters, X.shape[1]))
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def fit(X: np.ndarray, ids: np.ndarray, cfg: Config, init_rows: np.ndarray, thetas: np.ndarray) -> State:
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def race_exponentials(key: int, t: int, ids: np.ndarray) -> np.ndarray:
+    """``E_{t,i} ~ Exp(1)`` for each id, a function of (key, t, id) only (splitmix64 hash to a 53-bit uniform)."""
+    base = _mix(np.array([key], dtype=np.uint64))
+    z = _mix(_mix(base + np.uint64(t)) + np.asarray(ids).astype(np.uint64))
+    u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
+    return -np.log(u)
+
+
+def kmeanspp_race(Xf: np.ndarray, ids: np.ndarray, k: int, key: int) -> np.ndarray:
+    """k-means++ seeds (row indices) by an exponential race keyed by point id: at step t the seed is
+    ``argmin_i E_{t,i} / w_t(i)`` with ``w_0 = 1`` and ``w_t`` the squared distance to the nearest seed
+    (when every weight is 0, the race runs with weight 1 over the rows not chosen yet)."""
+    n = len(Xf)
+    rows: list[int] = []
+    w = np.ones(n)
+    for t in range(k):
+        e = race_exponentials(key, t, ids)
+        if w.sum() <= 0:
+            w = np.ones(n)
+            w[rows] = 0.0
+        with np.errstate(divide="ignore"):
+            score = np.where(w > 0, e / np.where(w > 0, w, 1.0), np.inf)
+        nxt = int(np.argmin(score))
+        rows.append(nxt)
+        d2 = sq_dists(Xf, Xf[[nxt]])[:, 0]
+        w = d2 if t == 0 else np.minimum(w, d2)
+    return np.asarray(rows)
+
+
+def kmeanspp_law(P: np.ndarray, k: int) -> dict[tuple[int, ...], float]:
+    """The exact law of the ordered k-means++ seed sequence on the rows of ``P`` (enumeration; small n)."""
+    P = np.asarray(P, dtype=np.float64).reshape(len(P), -1)
+    out: dict[tuple[int, ...], float] = {}
+
+    def rec(seq: list[int], prob: float) -> None:
+        if len(seq) == k:
+            out[tuple(seq)] = out.get(tuple(seq), 0.0) + prob
+            return
+        w = np.ones(len(P)) if not seq else sq_dists(P, P[seq]).min(axis=1)
+        if w.sum() <= 0:
+            w = np.ones(len(P))
+            w[seq] = 0.0
+        w = w / w.sum()
+        for j in np.flatnonzero(w > 0):
+            rec(seq + [int(j)], prob * float(w[j]))
+
+    rec([], 1.0)
+    return out
+
+
+def kmeanspp_law_avoiding(P: np.ndarray, k: int, x: int) -> dict[tuple[int, ...], float]:
+    """The law of k-means++ on ``P`` conditioned on never picking row ``x`` (what keeping the seeds when x
+    is not one of them gives), with rows renumbered as in ``P`` without row x."""
+    law = kmeanspp_law(P, k)
+    keep = {s: v for s, v in law.items() if x not in s}
+    z = sum(keep.values())
+    return {tuple(i - (i > x) for i in s): v / z for s, v in keep.items()}
+
+
+def draw_randomness(X: np.ndarray, ids: np.ndarray, cfg: Config, rng: np.random.Generator,
+                    seeding: str = "race") -> tuple[np.ndarray, np.ndarray, int | None]:
+    """The data-dependent seeds (k-means++: the id-keyed race, or the position-keyed ``sequential``
+    sampler), the data-independent phases ``theta_t ~ U[0,1)^d``, and the race key (None if sequential)."""
+    if seeding == "race":
+        key = int(rng.integers(2**63))
+        init = kmeanspp_race(to_float(X), np.asarray(ids), cfg.k, key)
+    elif seeding == "sequential":
+        key = None
+        init = kmeanspp(to_float(X), cfg.k, rng)
+    else:
+        raise ValueError(f"seeding must be 'race' or 'sequential', not {seeding!r}")
+    return init, rng.random((cfg.iters, X.shape[1])), key
+
+
+def fit(X: np.ndarray, ids: np.ndarray, cfg: Config, init_rows: np.ndarray, thetas: np.ndarray,
+        key: int | None = None) -> State:
     """T momentum-corrected, quantized Lloyd steps from the seeds ``init_rows`` with phases ``thetas``."""
     if len(X) < cfg.k:
         raise ValueError(f"need at least k = {cfg.k} points, got {len(X)}")
@@ -146,13 +237,14 @@ def fit(X: np.ndarray, ids: np.ndarray, cfg: Config, init_rows: np.ndarray, thet
         lattice[t] = lattice_index(cluster_means(sums[t], counts[t], C, cfg.m), cfg.eps, thetas[t])
         C = lattice_point(lattice[t], cfg.eps, thetas[t])
     return State(cfg, np.asarray(ids).copy(), X.copy(), np.ones(n, dtype=bool), np.asarray(init_rows).copy(),
-                 np.asarray(thetas).copy(), assign, sums, counts, prev, lattice, C)
+                 np.asarray(thetas).copy(), assign, sums, counts, prev, lattice, C, key)
 
 
-def fit_random(X: np.ndarray, ids: np.ndarray, cfg: Config, rng: np.random.Generator) -> State:
-    """Train on ``X`` with fresh k-means++ seeds and phases from ``rng``."""
-    init, thetas = draw_randomness(X, cfg, rng)
-    return fit(X, ids, cfg, init, thetas)
+def fit_random(X: np.ndarray, ids: np.ndarray, cfg: Config, rng: np.random.Generator,
+               seeding: str = "race") -> State:
+    """Train on ``X`` with fresh k-means++ seeds (``seeding``) and phases from ``rng``."""
+    init, thetas, key = draw_randomness(X, ids, cfg, rng, seeding)
+    return fit(X, ids, cfg, init, thetas, key)
 
 
 def row_of(state: State, pid: int) -> int:
@@ -214,7 +306,16 @@ def coupled_retrain(state: State) -> State:
     init_rows = np.searchsorted(ids, init_ids)
     if not np.array_equal(ids[np.minimum(init_rows, len(ids) - 1)], init_ids):
         raise ValueError("a k-means++ seed was deleted: no coupled retrain exists")
-    return fit(X, ids, state.cfg, init_rows, state.thetas)
+    return fit(X, ids, state.cfg, init_rows, state.thetas, state.key)
+
+
+def race_retrain(state: State) -> State:
+    """Train from scratch on the remaining points with the same race key and phases (seeds re-raced):
+    what training on the rest with the same randomness gives, whichever point was deleted."""
+    if state.key is None:
+        raise ValueError("the sequential sampler has no race key: no same-randomness retrain exists")
+    X, ids = compact(state)
+    return fit(X, ids, state.cfg, kmeanspp_race(to_float(X), ids, state.cfg.k, state.key), state.thetas, state.key)
 
 
 def consistent(state: State) -> bool:
@@ -238,11 +339,14 @@ def flops_distances(n: int, k: int, d: int) -> int:
     return 3 * d * n * k
 
 
+def flops_kmeanspp(n: int, k: int, d: int) -> int:
+    """A k-means++ pass: k distance passes plus the running minimum and the draw (2 per point and step)."""
+    return flops_distances(n, k, d) + 2 * n * k
+
+
 def flops_fit(n: int, k: int, d: int, iters: int) -> int:
     """k-means++ (k distance passes) plus T Lloyd steps (assign, sum, momentum mean, quantize)."""
-    init = flops_distances(n, k, d) + 2 * n * k
-    step = flops_distances(n, k, d) + n * d + 7 * k * d
-    return init + iters * step
+    return flops_kmeanspp(n, k, d) + flops_lloyd(n, k, d, iters)
 
 
 def flops_lloyd(n: int, k: int, d: int, iters: int) -> int:
