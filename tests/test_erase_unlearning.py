@@ -292,17 +292,113 @@ def test_unlearning_is_exact_in_distribution_and_fresh_refit_is_not():
 
 
 def test_lloyd_reduces_to_sklearn_kmeans():
-    # eps -> 0 (quantization below the data's resolution) and m = 0 (no momentum): plain Lloyd from the seeds
+    # eps -> 0 (quantization below the data's resolution) and m = 0 (no momentum): plain Lloyd from the seeds.
+    # st.assign[-1] is the assignment to C_{T-1}: sklearn's labels_ after T - 1 iterations (its final E-step).
     from sklearn.cluster import KMeans
 
     X = blobs(300, seed=5)
     Xf = qk.to_float(X)
     init = qk.kmeanspp(Xf, 4, np.random.default_rng(1))
-    for T in (1, 3, 20):
+    for T in (2, 3, 20):
         st = qk.fit(X, np.arange(300), qk.Config(4, T, 1e-7, 0.0), init, np.zeros((T, 3)))
         km = KMeans(4, init=Xf[init], n_init=1, max_iter=T, tol=0.0, algorithm="lloyd").fit(Xf)
         assert np.allclose(st.centroids, km.cluster_centers_, atol=1e-6)
-        assert np.array_equal(st.assign[-1], km.predict(Xf) if T > 1 else st.assign[-1])
+        before = KMeans(4, init=Xf[init], n_init=1, max_iter=T - 1, tol=0.0, algorithm="lloyd").fit(Xf)
+        assert np.array_equal(st.assign[-1], before.labels_)
+        assert np.array_equal(st.assign[0], np.argmin(((Xf[:, None] - Xf[init][None]) ** 2).sum(-1), axis=1))
+
+
+def _seed_counts(model_factory, draws: int) -> dict[tuple[int, ...], int]:
+    """Ordered seed ids after unlearning, over draws."""
+    from collections import Counter
+
+    out: Counter = Counter()
+    for i in range(draws):
+        m = model_factory(i)
+        out[tuple(int(q) for q in m.state.ids[m.state.init_rows])] += 1
+    return dict(out)
+
+
+def _gof_p(counts: dict, law: dict) -> float:
+    keys = sorted(set(law) | set(counts))
+    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    exp = np.array([law.get(k, 0.0) for k in keys]) * obs.sum()
+    assert np.all(exp[obs > 0] > 0), "a seed sequence outside the law's support"
+    return float(stats.chisquare(obs[exp > 0], exp[exp > 0]).pvalue)
+
+
+def test_kmeanspp_law_and_the_conditioning_counterexample():
+    # points 0, 1, 10, k = 2: on D minus 10 the order (0, 1) has probability 1/2; conditioned on never
+    # picking 10 it is (1/101) / (1/101 + 1/82) = 82/183
+    law = qk.kmeanspp_law(np.array([0.0, 1.0, 10.0]), 2)
+    assert np.isclose(law[(0, 1)], 1 / 3 / 101) and np.isclose(sum(law.values()), 1.0)
+    cond = qk.kmeanspp_law_avoiding(np.array([0.0, 1.0, 10.0]), 2, 2)
+    assert np.isclose(cond[(0, 1)], 82 / 183) and np.isclose(cond[(1, 0)], 101 / 183)
+    assert qk.kmeanspp_law(np.array([0.0, 1.0]), 2) == {(0, 1): 0.5, (1, 0): 0.5}
+
+
+def test_race_seeding_is_kmeanspp_in_law():
+    P = np.array([[3.43], [1.47], [-0.03], [1.18], [-1.86]])
+    ids = np.array([3, 8, 9, 20, 21])
+    rng = np.random.default_rng(0)
+    counts = {}
+    for _ in range(6000):
+        s = tuple(qk.kmeanspp_race(P, ids, 3, int(rng.integers(2**63))).tolist())
+        counts[s] = counts.get(s, 0) + 1
+    assert _gof_p(counts, qk.kmeanspp_law(P, 3)) > 1e-3
+    # keyed by id, not position: deleting a non-seed leaves the seeds (by id) unchanged, for every key
+    for key in range(200):
+        rows = qk.kmeanspp_race(P, ids, 2, key)
+        for r in sorted(set(range(5)) - set(rows.tolist())):
+            keep = np.arange(5) != r
+            assert np.array_equal(ids[keep][qk.kmeanspp_race(P[keep], ids[keep], 2, key)], ids[rows])
+
+
+# the cold read's 5-point case: delete id 4, k = 2, T = 1, eps = 2 (certificates pass on some draws)
+FIVE = np.array([[3.43], [1.47], [-0.03], [1.18], [-1.86]])
+FIVE_CFG = qk.Config(2, 1, 2.0, 0.5)
+
+
+def test_unlearning_equals_retraining_with_the_same_randomness_on_every_path():
+    ids, x = np.arange(5), 4
+    keep = ids != x
+    seen = set()
+    for i in range(400):
+        m = erase.Erase(FIVE, ids, FIVE_CFG, np.random.default_rng([i, 1]))
+        seen.add(m.unlearn(x).path)
+        twin = erase.Erase(FIVE[keep], ids[keep], FIVE_CFG, np.random.default_rng([i, 1]))
+        assert qk.same_state(m.state, twin.state) and np.array_equal(m.selected, twin.selected)
+    assert {"certified", "recluster", "recluster-seed"} <= seen
+    # a stream of deletions on a larger set: after each, equal to training on the rest with the same rng
+    X = qk.to_float(blobs(120, seed=3))
+    cfg = qk.Config(4, 3, 0.5, 0.2 * 120 / 4)
+    model = erase.Erase(X, np.arange(120), cfg, np.random.default_rng(9))
+    alive = np.ones(120, dtype=bool)
+    paths = set()
+    for pid in [*model.state.ids[model.state.init_rows][:2].tolist(), *range(0, 120, 7)]:
+        if not alive[pid]:
+            continue
+        paths.add(model.unlearn(int(pid)).path)
+        alive[pid] = False
+        twin = erase.Erase(X[alive], np.flatnonzero(alive), cfg, np.random.default_rng(9))
+        assert qk.same_state(model.state, twin.state) and np.array_equal(model.selected, twin.selected)
+    assert "recluster-seed" in paths
+
+
+def test_keep_seeds_rule_fails_and_race_rule_passes_in_law():
+    # seed sequences after unlearning x = id 4 against the exact k-means++ law on D minus x (ids 0..3)
+    ids, x = np.arange(5), 4
+    law = qk.kmeanspp_law(FIVE[:4], 2)
+    new = _seed_counts(lambda i: _unlearned(erase.Erase(FIVE, ids, FIVE_CFG, np.random.default_rng([i, 5])), x), 3000)
+    old = _seed_counts(lambda i: _unlearned(erase.Erase(FIVE, ids, FIVE_CFG, np.random.default_rng([i, 6]),
+                                                        seeding="sequential"), x), 3000)
+    assert _gof_p(new, law) > 1e-3
+    assert _gof_p(old, law) < 1e-6  # exact seed-law TV of the old rule here: 0.064
+
+
+def _unlearned(model, x):
+    model.unlearn(x)
+    return model
 
 
 def test_per_class_erase_unlearning():
@@ -319,7 +415,6 @@ def test_per_class_erase_unlearning():
         after = {k: m.state.n_alive for k, m in model.models.items()}
         assert after[c] == before[c] - 1 and all(after[k] == before[k] for k in after if k != c)  # routed by label
         st = model.models[c].state
-        if rec.path.startswith("certified") or rec.path == "recluster":  # both equal the coupled retrain
-            assert qk.same_state(st, qk.coupled_retrain(st))
+        assert qk.same_state(st, qk.race_retrain(st))  # every path: training on the rest, same randomness
         assert qk.consistent(st) and pid not in model.selected
         assert np.array_equal(labels[model.selected], np.repeat([0, 1, 2], 2))
