@@ -203,13 +203,24 @@ def test_params_validation():
         eu.Params.resolve("paper", model_path="/nonexistent/llm")
 
 
-def test_small_run_is_deterministic():
+def test_small_run_is_deterministic_and_the_recluster_control_costs_erases_recluster():
     p = eu.Params.resolve("quick", dataset="gmm", seeds=1, n_train=300, n_test=60, k_shots=6, k_grid=(3, 6),
                           n_deletions=20, sisa_deletions=2, ft_deletions=1, exact_checks=5, ft_epochs=2,
-                          scaling_ns=(200, 400), scaling_deletions=10, distr_draws=300)
+                          scaling_ns=(200, 400), scaling_deletions=10, distr_draws=300, random_prompts=3)
     a, b = eu.run(p), eu.run(p)
     assert [d.path for d in a.per_seed[0].deletions["ERASE"]] == [d.path for d in b.per_seed[0].deletions["ERASE"]]
     assert a.per_seed[0].acc == b.per_seed[0].acc
+    # Figure 1's point at k = k_shots is the table's model
+    r = a.per_seed[0]
+    assert all(r.acc_k[name][p.k_grid.index(p.k_shots)] == r.acc[name] for name in r.acc_k)
+    # the recluster-always control is ERASE's own recluster without the certificate, request by request
+    recl = [(d, c) for d, c in zip(r.deletions["ERASE"], r.always_flops) if d.path.startswith("recluster")]
+    assert recl
+    for d, c in recl:
+        steps = 1 if d.path == "recluster-seed" else p.iters_T
+        assert c == d.flops - qk.flops_certificate(steps, p.proj_dim)
+    values = eu.claim_values(a)
+    assert values["same-randomness"] == 1.0
     verdicts = eu.check(a)
     assert {v.id for v in verdicts} == {c.id for c in eu.CLAIMS}
     assert {v.id: v.verdict for v in verdicts}["coupled-certified"] in ("HOLDS", "INCONCLUSIVE")

@@ -86,7 +86,7 @@ class Params(BaseParams):
         "full": {"seeds": 5, "n_train": 4000, "n_test": 1000, "sisa_shards": 8, "ft_epochs": 60,
                  "n_deletions": 300, "sisa_deletions": 20, "ft_deletions": 2, "exact_checks": 50,
                  "distr_draws": 16000, "scaling_ns": (1000, 2000, 4000, 8000), "scaling_variants": True},
-        "paper": {"seeds": 3, "n_deletions": 100, "sisa_deletions": 20, "exact_checks": 20},
+        "paper": {"seeds": 3, "n_deletions": 100, "sisa_deletions": 20, "exact_checks": 20, "random_prompts": 5},
     }
 
     def __post_init__(self) -> None:

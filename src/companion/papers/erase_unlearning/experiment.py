@@ -93,7 +93,7 @@ class SeedResult:
 
     seed: int
     task: str
-    acc: dict[str, float]  # ERASE, random-k, second random-k, per-class ERASE, FT, SISA
+    acc: dict[str, float]  # ERASE, random-k (mean of random_prompts), single random-k, per-class ERASE, FT, SISA
     acc_k: dict[str, list[float]]
     coverage: float
     deletions: dict[str, list[Deletion]]

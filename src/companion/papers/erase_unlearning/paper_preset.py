@@ -59,7 +59,8 @@ def smoke_params(params):
     """The paper pipeline on a tiny budget."""
     return replace(params, seeds=1, k_shots=min(params.k_shots, 4), k_grid=(2, 4), n_deletions=8,
                    sisa_deletions=2, ft_deletions=1, exact_checks=4, ft_epochs=4, sisa_shards=2, sisa_slices=2,
-                   scaling_ns=(200, 400), scaling_deletions=10, scaling_variants=False)
+                   scaling_ns=(200, 400), scaling_deletions=10, scaling_variants=False,
+                   random_prompts=2, distr_draws=400)
 
 
 def run_paper(params):
