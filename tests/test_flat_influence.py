@@ -65,7 +65,7 @@ def test_second_order_form_is_exact_to_first_order_in_eps_on_least_squares():
     theta = np.linalg.solve(X.T @ X, X.T @ y)
     x_z, y_z = rng.standard_normal(5), 5.0  # a deliberately wrong target
     g = torch.tensor(x_z * (x_z @ theta - y_z))[None]
-    pred_unit = 0.5 * float(S.vm_score(C.DampedInverse.of(H, 0.0), g)[0])
+    pred_unit = 0.5 * float(C.DampedInverse.of(H, 0.0).quad(g)[0])
     errs = []
     for eps in (1e-3, 1e-4):
         t_eps = np.linalg.solve(X.T @ X / 100 + eps * np.outer(x_z, x_z), X.T @ y / 100 + eps * x_z * y_z)
@@ -119,8 +119,11 @@ def test_psd_projection_and_large_damping_limit(mlp_point):
     assert torch.allclose(inv.matrix() @ inv.solve(G).T, G.T, atol=1e-8)
     lam = 1e8
     big = C.DampedInverse.of(H, lam)
-    assert torch.allclose(lam * S.vm_score(big, G), S.grad_norm(G), rtol=1e-6)  # the h-identity control
-    assert torch.allclose(lam * S.vm_score(inv.__class__(inv.evecs, inv.evals, lam), G), S.grad_norm(G), rtol=1e-6)
+    assert torch.allclose(lam * big.quad(G), S.grad_norm(G), rtol=1e-6)  # the h-identity control
+    from companion.papers.flat_influence import experiment as E  # the production damping sweep: redamped()
+    curv = E.Curvature("exact_psd", net, theta, X, y, 1e-3)
+    assert torch.allclose(lam * curv.redamped(lam).quad(G), S.grad_norm(G), rtol=1e-6)
+    assert torch.allclose(curv.redamped(1e-2).quad(G), C.DampedInverse.of(H, 1e-2).quad(G), rtol=1e-8)
 
 
 def test_lissa_and_cg_reach_the_exact_damped_solution():
@@ -179,8 +182,7 @@ def test_flipped_point_gets_the_largest_if_harm_and_fvm_score():
     h = S.if_harm(C.mean_grad(net, theta, Xv, yv), C.DampedInverse.of(C.exact_hessian(net, theta, X, y_noisy), 1e-3),
                   C.per_sample_grads(net, theta, X, y_noisy))
     t_val, _ = adam_descent(lambda t: ce_mean(net, t, Xv, yv), theta, 200, 0.01, "sam", rho=0.05)
-    f = S.vm_score(C.DampedInverse.of(C.exact_hessian(net, t_val, Xv, yv), 1e-3),
-                   C.per_sample_grads(net, t_val, X, y_noisy))
+    f = C.DampedInverse.of(C.exact_hessian(net, t_val, Xv, yv), 1e-3).quad(C.per_sample_grads(net, t_val, X, y_noisy))
     assert int(h.argmax()) == bad and int(f.argmax()) == bad and float(f.min()) >= 0
 
 
@@ -274,3 +276,29 @@ def test_production_first_order_is_the_tested_if_harm_and_lissa_skips_the_eigend
     exact = C.DampedInverse.of(C.ggn(net, theta, X), 1e-1).solve(b)
     assert torch.allclose(lis.solve(b), exact, rtol=1e-3, atol=1e-6)
 
+
+
+@pytest.mark.parametrize("curvature", ["exact_psd", "ggn", "lissa"])
+def test_score_seed_to_claims_runs_on_every_curvature_and_without_relabeling(curvature):
+    """The production path end to end on a tiny task: every claim and control key exists (lissa: the damping
+    sweep runs LiSSA at each damping), the sweep's H = I column is there, and no relabel table is faked."""
+    from companion import claims
+    from companion.papers.flat_influence import experiment as E
+
+    p = paper.Params.resolve("quick", seeds=3, n_train=100, n_val=20, n_val_sweep=(10, 20), n_test=100,
+                             train_steps=30, hidden=4, ft_steps=4, curvature=curvature, lissa_iters=20,
+                             do_relabel=curvature != "ggn")
+    outs = [E.score_seed(p, E.synthetic_setup(p, s), s) for s in p.seed_list()]
+    res = E.collect(p, outs)
+    values = E.claim_values(res)
+    verdicts = claims.evaluate_all(paper.CLAIMS, values)
+    assert {v.id for v in verdicts} == {c.id for c in paper.CLAIMS}
+    for c in paper.CLAIMS:
+        for ctrl in c.controls:
+            assert c.control_key(ctrl) in values
+    assert not any("λ=0.001" in m for m in res.detection["method"])  # the run's own damping is plain "FVM"
+    assert list(E.damping_table(res).columns[:3]) == ["FVM λ=0.0001", "FVM λ=0.001", "FVM λ=0.01"]
+    assert {"auc_gnorm_fvm", "auc_gnorm_vm"} <= set(res.sweep.columns)
+    assert {"abs_g_clean", "abs_g_noisy"} <= set(res.curve.columns)
+    rel = E.relabel_summary(res)
+    assert isinstance(rel, str) if curvature == "ggn" else len(rel) == len(E.RELABEL)

@@ -82,8 +82,6 @@ class Params(BaseParams):
             require_path("data_path", self.data_path,
                          "CIFAR-10 python batches (cifar-10-batches-py/) plus CIFAR-10N's CIFAR-10_human.pt", "dir")
             return
-        if max(self.n_val_sweep) > 10000 or self.n_val > 10000:
-            raise ParamError(f"parameter 'n_val': {self.n_val!r}; allowed: <= 10000")
         if self.n_classes > self.n_train // 10:
             raise ParamError(f"parameter 'n_classes': {self.n_classes!r} with n_train={self.n_train}; "
                              "allowed: at most n_train / 10")
@@ -111,8 +109,8 @@ PAPER_PRESET = ("CIFAR-10N from local files (data_path: cifar-10-batches-py/ + C
 CLAIMS = [
     Claim("fvm-vs-if", "FVM's detection AUC exceeds standard IF's by at least 0.10; controls: loss@θ̃ and |g|²@θ̃ "
           "(the H = I limit) in place of FVM", TABLE1, 0.10, controls=CTRL),
-    Claim("fvm-vs-if-every-seed", "FVM beats standard IF in every seed (worst seed's AUC gap); controls as above",
-          "FVM > IF on every dataset (Table 1)", 0.0, kind="exact", controls=CTRL),
+    Claim("fvm-vs-if-every-seed", "FVM's AUC is not below standard IF's in any seed (worst seed's AUC gap >= 0); "
+          "controls as above", "FVM > IF on every dataset (Table 1)", 0.0, kind="exact", controls=CTRL),
     Claim("fvm-vs-tracin", "FVM's detection AUC exceeds TracIn's by at least 0.05; controls as above", TABLE1, 0.05,
           controls=CTRL),
     Claim("fvm-vs-if1st-flat", "at the same flat minimum θ̃ and with the same H̃_val, the second-order FVM score "
@@ -123,34 +121,40 @@ CLAIMS = [
           "(end of the fine-tune minus θ*, <= 0); control: the same difference for the FVM form along the same "
           "fine-tune", "Fig. 3a: standard IF's AUC drops during SAM tuning on the validation set", 0.0, "<=",
           controls=("fvm-curve",)),
-    Claim("if1st-dip", "Fig. 3a's curve minimum: the lowest AUC of the first-order IF (H_tr) at any fine-tune "
-          "checkpoint after θ* minus its AUC at θ* (<= 0); control: the same for the FVM form",
-          "Fig. 3a: standard IF's AUC drops during SAM tuning", 0.0, "<=", controls=("fvm-curve",)),
+    Claim("if1st-dip", "post hoc (added after a dip at step 50 was seen): the lowest AUC of the first-order IF (H_tr) "
+          "at any of the four fine-tune checkpoints after θ* minus its AUC at θ* (<= 0); a minimum over checkpoints "
+          "is biased downward and never above if1st-no-gain's value, so it is a check, not a reproduction",
+          "Fig. 3a: standard IF's AUC drops during SAM tuning", 0.0, "<=", role="check"),
     Claim("clean-collapse", "log10 of clean points' mean |first-order IF| at the flat minimum over theirs at θ* "
-          "(<= log10 0.5: at most half); control: the flipped points' same log-ratio",
-          "Fig. 3b: clean samples' influence collapses towards 0", LOG_HALF, "<=", controls=("flipped",)),
+          "(<= log10 0.5: at most half); true by construction once the fine-tune interpolates the validation set "
+          "(g̃_val -> 0 scales every |IF| down), so a check; the paper's contrast is clean-vs-flipped",
+          "Fig. 3b: clean samples' influence collapses towards 0", LOG_HALF, "<=", role="check"),
     Claim("clean-vs-flipped", "Fig. 3b's contrast: clean log-ratio minus flipped log-ratio of mean |first-order IF| "
-          "(flat minimum over θ*; <= log10 0.5: clean shrink at least twice as much); control: the same "
-          "difference between two random halves of the clean points",
-          "Fig. 3b: clean collapse to 0, flipped stay large", LOG_HALF, "<=", controls=("clean-halves",)),
+          "(flat minimum over θ*; <= log10 0.5: clean shrink at least twice as much); control: the same contrast "
+          "on mean ‖g_z‖ (the training gradients alone, without g_val or the curvature)",
+          "Fig. 3b: clean collapse to 0, flipped stay large", LOG_HALF, "<=", controls=("gnorm",)),
     Claim("nval-spearman", "within each seed, Spearman ρ over the n_val sweep between the SAM-tuned model's test "
           "accuracy and FVM's AUC (>= 0.7). Fig. 2's shape, not Thm 3.2's bound (not measured): n_val drives both; "
-          "control: the same ρ for loss@θ̃ at each size",
-          "Thm 3.2 / Fig. 2: IF detection tracks validation performance", 0.7, controls=(LOSS,)),
-    Claim("nval-gain-every-seed", "FVM's AUC at the largest n_val exceeds that at the smallest in every seed "
-          "(worst seed's gain); control: the same for loss@θ̃", "Thm 3.2: lower validation risk, more reliable IF",
-          0.0, kind="exact", controls=(LOSS,)),
-    Claim("fvm-vs-vm", "flat (SAM) fine-tuning does not hurt: AUC(FVM) - AUC(VM) >= -0.005 (the spec's "
-          "non-inferiority bar; the paper reports a gain); control: the same difference for the plain loss "
-          "(loss@θ̃ - loss@θ_vm)", "FVM beats VM by +0.6 to +1.0 AUC points, i.e. +0.006 to +0.010 (Table 1)",
-          -0.005, controls=("loss",)),
-    Claim("fvm-vs-loss-flat", "FVM (λ = 1e-3) beats the plain training loss of its own validation-tuned model "
-          "(AUC difference >= 0); control: |g|²@θ̃ (H = I) in place of FVM",
-          "not tested in the paper (our ablation)", 0.0, controls=(HID,)),
+          "controls: the same ρ for loss@θ̃ and for |g|²@θ̃ (H = I) at each size",
+          "Thm 3.2 / Fig. 2: IF detection tracks validation performance", 0.7, controls=CTRL),
+    Claim("nval-gain-every-seed", "FVM's AUC at the largest n_val is not below that at the smallest in any seed "
+          "(worst seed's gain >= 0); controls: the same for loss@θ̃ and for |g|²@θ̃",
+          "Thm 3.2: lower validation risk, more reliable IF", 0.0, kind="exact", controls=CTRL),
+    Claim("fvm-gain-over-vm", "flat (SAM) fine-tuning raises the score's AUC by at least the paper's smaller gain: "
+          "AUC(FVM) - AUC(VM) >= +0.006; controls: the same difference for the plain loss (loss@θ̃ - loss@θ_vm) "
+          "and for the H = I score (|g|²@θ̃ - |g|²@θ_vm)",
+          "FVM beats VM by +0.6 to +1.0 AUC points, i.e. +0.006 to +0.010 (Table 1)", 0.006,
+          controls=("loss", HID)),
+    Claim("fvm-vs-vm", "non-inferiority (the spec's bar): AUC(FVM) - AUC(VM) >= -0.005; the paper's gain is "
+          "fvm-gain-over-vm", "FVM beats VM by +0.006 to +0.010 (Table 1)", -0.005, role="check"),
+    Claim("fvm-vs-loss-flat", "FVM at the run's damping λ (the `damping` parameter) beats the plain training loss of "
+          "its own validation-tuned model (AUC difference >= 0); control: |g|²@θ̃ (H = I) in place of FVM",
+          "implied by Sec. 4 (H̃_val⁻¹ weighting is the method's second-order term); not tested in the paper",
+          0.0, controls=(HID,)),
     Claim("fvm-vs-loss-flat-lam1e-4", "the same with damping λ = 1e-4 (spec's damping sweep); control as above",
-          "not tested in the paper (our ablation)", 0.0, controls=(HID,)),
+          "implied by Sec. 4; not tested in the paper", 0.0, controls=(HID,)),
     Claim("fvm-vs-loss-flat-lam1e-2", "the same with damping λ = 1e-2 (spec's damping sweep); control as above",
-          "not tested in the paper (our ablation)", 0.0, controls=(HID,)),
+          "implied by Sec. 4; not tested in the paper", 0.0, controls=(HID,)),
     Claim("flat-lowers-lambda-max", "precondition: the flat fine-tune's λ_max(H_val) is at most ERM's in at least "
           "2/3 of the (seed, n_val) runs", "flat validation minima (Sec. 4)", 2 / 3, kind="exact", role="check"),
     Claim("train-memorized", "precondition: the trained network fits the noisy labels, lowest train accuracy over "

@@ -30,9 +30,13 @@ if TYPE_CHECKING:
 
 METHODS = ("loss@θ*", "TracIn", "IF", "IF-1st@θ̃", "VM", "FVM")
 VARIANTS = ("FVM-SAM", "FVM-LPF")  # the flat method that is not ``flat_method``, same budget
-ABLATIONS = ("loss@θ̃", "loss@θ_vm", "|g|²@θ̃", "IF-1st@θ̃,H̃val", "self-IF")
-DAMPINGS = (1e-4, 1e-3, 1e-2)  # the spec's damping sweep of FVM, on one eigendecomposition
-DAMPED = tuple(f"FVM λ={lam:g}" for lam in DAMPINGS)
+ABLATIONS = ("loss@θ̃", "loss@θ_vm", "|g|²@θ̃", "|g|²@θ_vm", "IF-1st@θ̃,H̃val", "self-IF")
+DAMPINGS = (1e-4, 1e-3, 1e-2)  # the spec's damping sweep of FVM, on one eigendecomposition (LiSSA: one run each)
+
+
+def damped(lam: float, damping: float) -> str:
+    """The AUC-table column of FVM at damping ``lam``: plain "FVM" when ``lam`` is the run's own damping."""
+    return "FVM" if np.isclose(lam, damping, rtol=1e-9, atol=0.0) else f"FVM λ={lam:g}"
 RELABEL = ("loss@θ̃", "TracIn", "IF", "VM", "FVM")
 
 
@@ -54,14 +58,18 @@ class Setup:
 
 
 class Curvature:
-    """A damped inverse of a training or validation curvature matrix (exact PSD, GGN, or LiSSA)."""
+    """A damped inverse of a training or validation curvature matrix (exact PSD, GGN, or LiSSA).
+
+    ``lissa`` builds the dense GGN (cheap at these sizes) but never decomposes it: it applies it as a
+    matrix-vector product inside LiSSA's iterations and a power iteration for ``lambda_max``.
+    """
 
     def __init__(self, kind: str, net: TanhMLP, theta: Tensor, X: Tensor, y: Tensor, damping: float,
                  lissa_iters: int = 1000) -> None:
         H = exact_hessian(net, theta, X, y) if kind == "exact_psd" else ggn(net, theta, X)
         self.trace = float(torch.trace(H))
         self.kind, self.H, self.iters, self.damping = kind, H, lissa_iters, damping
-        if kind == "lissa":  # matrix-vector products only; lambda_max of the PSD GGN by power iteration
+        if kind == "lissa":  # the dense GGN used only through mat-vecs; lambda_max by power iteration
             gen = torch.Generator().manual_seed(0)
             self._lambda_max = power_lambda_max(matrix_matvec(H), H.shape[0], gen, device=H.device)
         else:
@@ -86,9 +94,13 @@ class Curvature:
         """``g^T H^{-1} g`` for every row of G."""
         return self.exact.quad(G) if self.kind != "lissa" else (G * self.solve(G)).sum(-1)
 
-    def redamped(self, damping: float) -> DampedInverse:
-        """The same eigendecomposition with another damping (the damping sweep; exact kinds only)."""
-        return DampedInverse(self.exact.evecs, self.exact.evals, damping)
+    def redamped(self, damping: float) -> "DampedInverse | Curvature":
+        """The same curvature with another damping: the same eigendecomposition (exact kinds) or new LiSSA runs."""
+        if self.kind != "lissa":
+            return DampedInverse(self.exact.evecs, self.exact.evals, damping)
+        other = object.__new__(Curvature)
+        other.__dict__.update(self.__dict__, damping=damping)
+        return other
 
 
 def synthetic_setup(p: Any, seed: int) -> Setup:
@@ -189,16 +201,14 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
     sc["VM"], c_vm, G_vm = val_score(p, su, theta_vm, p.n_val)
     # Fig. 3 analog: first-order IF and FVM along the flat fine-tune (step 0 is theta*)
     curve = []
-    clean = np.flatnonzero(~flipped)
-    half = np.zeros(len(flipped), dtype=bool)  # a random half of the clean points (the placebo split of Fig. 3b)
-    half[np.random.default_rng(seed + 1).permutation(clean)[:len(clean) // 2]] = True
     for step, th in marks:
         h1, _ = first_order(p, su, th, p.n_val, H_star if step == 0 else None)
         fv, c_f, G_f = val_score(p, su, th, p.n_val)
-        a = np.abs(_np(h1))
+        a, gn = np.abs(_np(h1)), _np(G_f.norm(dim=1))  # |first-order IF| and ‖g_z‖ (the clean-vs-flipped control)
         curve.append({"step": step, "auc_if1st": S.auc(flipped, _np(h1)), "auc_fvm": S.auc(flipped, _np(fv)),
                       "abs_if1st_clean": float(a[~flipped].mean()), "abs_if1st_noisy": float(a[flipped].mean()),
-                      "abs_if1st_clean_a": float(a[half].mean()), "abs_if1st_clean_b": float(a[~flipped & ~half].mean()),
+                      "abs_g_clean": float(gn[~flipped].mean()), "abs_g_noisy": float(gn[flipped].mean()),
+                      "gval_norm": float(mean_grad(net, th, Xv, yv).norm()),
                       "val_loss": float(ce_mean(net, th, Xv, yv))})
     sc["IF-1st@θ̃"], sc["FVM"], c_fvm = h1, fv, c_f
     # one change at a time from FVM: the first-order form with the same H~_val, H = I, plain loss, damping
@@ -206,9 +216,10 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
     sc["|g|²@θ̃"] = S.grad_norm(G_f)
     sc["loss@θ̃"] = ce_each(net, theta_fvm, su.x_train, su.y_train)
     sc["loss@θ_vm"] = ce_each(net, theta_vm, su.x_train, su.y_train)
-    if p.curvature != "lissa":
-        for lam in DAMPINGS:
-            sc[f"FVM λ={lam:g}"] = S.vm_score(c_fvm.redamped(lam), G_f)
+    sc["|g|²@θ_vm"] = S.grad_norm(G_vm)
+    for lam in DAMPINGS:
+        if damped(lam, p.damping) != "FVM":
+            sc[damped(lam, p.damping)] = c_fvm.redamped(lam).quad(G_f)
     other = "lpf" if p.flat_method == "sam" else "sam"
     theta_alt, _ = validation_minimum(p, su, p.n_val, other, seed)
     sc[f"FVM-{other.upper()}"], c_alt, _ = val_score(p, su, theta_alt, p.n_val)
@@ -228,12 +239,13 @@ def score_seed(p: Any, su: Setup, seed: int, progress: Callable[[], None] | None
         row: dict[str, Any] = {"seed": seed, "n_val": n}
         for tag, method in (("vm", "erm"), ("fvm", p.flat_method)):
             if n == p.n_val:
-                th, s_, c = (theta_vm, sc["VM"], c_vm) if tag == "vm" else (theta_fvm, sc["FVM"], c_fvm)
+                th, s_, c, G = (theta_vm, sc["VM"], c_vm, G_vm) if tag == "vm" else (theta_fvm, sc["FVM"], c_fvm, G_f)
             else:
                 th, _ = validation_minimum(p, su, n, method, seed)
-                s_, c, _ = val_score(p, su, th, n)
+                s_, c, G = val_score(p, su, th, n)
             row.update({f"auc_{tag}": S.auc(flipped, _np(s_)), f"test_acc_{tag}": accuracy(net, th, su.x_test, su.y_test),
                         f"auc_loss_{tag}": S.auc(flipped, _np(ce_each(net, th, su.x_train, su.y_train))),
+                        f"auc_gnorm_{tag}": S.auc(flipped, _np(S.grad_norm(G))),
                         f"lambda_max_{tag}": c.lambda_max,
                         f"val_loss_{tag}": float(ce_mean(net, th, su.x_val[:n], su.y_val[:n]))})
         sweep.append(row)
@@ -252,8 +264,8 @@ class Results:
 
     params: "Params"
     detection: pd.DataFrame  # seed, method, auc, ap, p_at_k
-    curve: pd.DataFrame  # seed, step, auc_if1st, auc_fvm, abs_if1st_clean, abs_if1st_noisy, val_loss
-    sweep: pd.DataFrame  # seed, n_val, auc/test_acc/lambda_max/val_loss for vm and fvm
+    curve: pd.DataFrame  # seed, step, auc_if1st/fvm, abs_if1st_clean/noisy, abs_g_clean/noisy, gval_norm, val_loss
+    sweep: pd.DataFrame  # seed, n_val, auc/auc_loss/auc_gnorm/test_acc/lambda_max/val_loss for vm and fvm
     flat: pd.DataFrame  # seed, lambda_max/trace/val_loss/test_acc for erm and flat, train_acc
     relabel: pd.DataFrame  # seed, method, accuracy
     example_scores: dict[str, np.ndarray] = field(repr=False)
@@ -321,29 +333,29 @@ def claim_values(results: Results) -> dict[str, Any]:
     out["if1st-no-gain"] = list(last["auc_if1st"] - first["auc_if1st"])
     out["if1st-no-gain@fvm-curve"] = list(last["auc_fvm"] - first["auc_fvm"])
     out["if1st-dip"] = list(later["auc_if1st"].min() - first["auc_if1st"])
-    out["if1st-dip@fvm-curve"] = list(later["auc_fvm"].min() - first["auc_fvm"])
     out["clean-collapse"] = list(lr("abs_if1st_clean"))
-    out["clean-collapse@flipped"] = list(lr("abs_if1st_noisy"))
     out["clean-vs-flipped"] = list(lr("abs_if1st_clean") - lr("abs_if1st_noisy"))
-    out["clean-vs-flipped@clean-halves"] = list(lr("abs_if1st_clean_a") - lr("abs_if1st_clean_b"))
-    out["nval-spearman"] = _spearman_per_seed(sw, "test_acc_fvm", "auc_fvm")
-    out["nval-spearman@loss-tilde"] = _spearman_per_seed(sw, "test_acc_fvm", "auc_loss_fvm")
-    out["nval-gain-every-seed"] = worst(hi["auc_fvm"] - lo["auc_fvm"])
-    out["nval-gain-every-seed@loss-tilde"] = worst(hi["auc_loss_fvm"] - lo["auc_loss_fvm"])
+    out["clean-vs-flipped@gnorm"] = list(lr("abs_g_clean") - lr("abs_g_noisy"))
+    for key, col in (("", "auc_fvm"), ("@loss-tilde", "auc_loss_fvm"), ("@h-identity", "auc_gnorm_fvm")):
+        out["nval-spearman" + key] = _spearman_per_seed(sw, "test_acc_fvm", col)
+        out["nval-gain-every-seed" + key] = worst(hi[col] - lo[col])
+    out["fvm-gain-over-vm"] = list(fvm - a["VM"])
+    out["fvm-gain-over-vm@loss"] = list(loss - a["loss@θ_vm"])
+    out["fvm-gain-over-vm@h-identity"] = list(hid - a["|g|²@θ_vm"])
     out["fvm-vs-vm"] = list(fvm - a["VM"])
-    out["fvm-vs-vm@loss"] = list(loss - a["loss@θ_vm"])
-    for cid, col in (("fvm-vs-loss-flat", "FVM"), ("fvm-vs-loss-flat-lam1e-4", "FVM λ=0.0001"),
-                     ("fvm-vs-loss-flat-lam1e-2", "FVM λ=0.01")):
-        out[cid], out[f"{cid}@h-identity"] = list(a[col] - loss), list(hid - loss)
+    damping = results.params.damping
+    for cid, lam in (("fvm-vs-loss-flat", damping), ("fvm-vs-loss-flat-lam1e-4", 1e-4), ("fvm-vs-loss-flat-lam1e-2", 1e-2)):
+        out[cid], out[f"{cid}@h-identity"] = list(a[damped(lam, damping)] - loss), list(hid - loss)
     out["flat-lowers-lambda-max"] = float((sw["lambda_max_fvm"] <= sw["lambda_max_vm"]).mean())
     out["train-memorized"] = float(results.flat["train_acc"].min())
     return out
 
 
 def damping_table(results: Results) -> pd.DataFrame:
-    """Per-seed AUC of FVM at every damping, with loss@θ̃ and the H = I limit (|g|²@θ̃) beside."""
-    a = auc_table(results)
-    return a[[*DAMPED, "|g|²@θ̃", "loss@θ̃"]].round(4)
+    """Per-seed AUC of FVM at every damping of the sweep, with loss@θ̃ and the H = I limit (|g|²@θ̃) beside."""
+    a, damping = auc_table(results), results.params.damping
+    cols = {damped(lam, damping): f"FVM λ={lam:g}" for lam in sorted({*DAMPINGS, damping})}
+    return a[[*cols, "|g|²@θ̃", "loss@θ̃"]].rename(columns=cols).round(4)
 
 
 def control_table(results: Results) -> pd.DataFrame:
@@ -358,12 +370,15 @@ def summary(results: Results) -> pd.DataFrame:
     g = results.detection.groupby("method")[["auc", "ap", "p_at_k"]]
     m, s = g.mean(), g.std().fillna(0.0)
     out = m.round(3).astype(str) + " ± " + s.round(3).astype(str)
-    order = [x for x in (*METHODS, *VARIANTS, *ABLATIONS, *DAMPED) if x in out.index]
+    order = [x for x in (*METHODS, *VARIANTS, *ABLATIONS) if x in out.index]
+    order += sorted(x for x in out.index if x.startswith("FVM λ="))
     return out.loc[order].rename(columns={"auc": "ROC AUC", "ap": "AP", "p_at_k": "P@k"})
 
 
-def relabel_summary(results: Results) -> pd.DataFrame:
-    """Relabeling top-1 accuracy on the flipped points, mean ± sd over seeds (exploratory)."""
+def relabel_summary(results: Results) -> pd.DataFrame | str:
+    """Relabeling top-1 accuracy on the flipped points, mean ± sd over seeds (exploratory); a note when not run."""
+    if results.relabel.empty:
+        return "Relabeling was not computed in this run (do_relabel = false)."
     g = results.relabel.groupby("method")["accuracy"].agg(["mean", "std"]).fillna(0.0)
     order = [x for x in RELABEL if x in g.index]
     return g.loc[order].round(3).rename(columns={"mean": "accuracy (mean)", "std": "sd"})

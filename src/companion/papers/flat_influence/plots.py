@@ -31,7 +31,8 @@ def plot_detection(results: Results) -> Figure:
         if m in ABLATIONS:
             axes[1].patches[i].set_hatch("//")
     axes[1].set_xticks(range(len(order)), order, rotation=45, ha="right")
-    axes[1].set(ylabel="ROC AUC (flipped vs clean)", ylim=(0.5, 1.0), title=f"mean ± sd over {results.params.seeds} seeds")
+    axes[1].axhline(0.5, color="grey", linewidth=0.8, linestyle=":")  # chance; bars below it rank clean points first
+    axes[1].set(ylabel="ROC AUC (flipped vs clean)", ylim=(0.0, 1.0), title=f"mean ± sd over {results.params.seeds} seeds")
     return fig
 
 
@@ -44,15 +45,20 @@ def plot_finetune_curve(results: Results) -> Figure:
         axes[0].errorbar(steps, c[(col, "mean")], yerr=c[(col, "std")].fillna(0), marker="o", label=label, capsize=2)
     axes[0].set(xlabel="SAM fine-tuning step on S_val (0 = theta*)", ylabel="ROC AUC")
     axes[0].legend()
-    for col, label in (("abs_if1st_clean", "clean"), ("abs_if1st_noisy", "flipped")):
-        axes[1].errorbar(steps, c[(col, "mean")], yerr=c[(col, "std")].fillna(0), marker="o", label=label, capsize=2)
-    axes[1].set(yscale="log", xlabel="SAM fine-tuning step on S_val", ylabel="mean |first-order IF|")
+    for i, (col, label) in enumerate((("abs_if1st_clean", "clean |IF|"), ("abs_if1st_noisy", "flipped |IF|"),
+                                      ("abs_g_clean", "clean |g_z| (control)"), ("abs_g_noisy", "flipped |g_z| (control)"))):
+        axes[1].errorbar(steps, c[(col, "mean")], yerr=c[(col, "std")].fillna(0), marker="o", label=label, capsize=2,
+                         color=f"C{i % 2}", linestyle="-" if i < 2 else "--")
+    axes[1].set(yscale="log", xlabel="SAM fine-tuning step on S_val", ylabel="mean |first-order IF| or |g_z|")
     axes[1].legend()
     return fig
 
 
 def plot_nval_sweep(results: Results) -> Figure:
-    """Fig. 2 analog: tuned model's test accuracy vs AUC over n_val (colour), VM and FVM; title: mean within-seed rho."""
+    """Fig. 2 analog: tuned model's test accuracy vs AUC over n_val (colour), VM and FVM; title: mean within-seed rho.
+
+    The FVM panel's rho is the ``nval-spearman`` row's value; the VM panel's is shown for comparison, not gated.
+    """
     sw = results.sweep
     fig, axes = figure(2, 1, width=3.8, height=3.2)
     sizes = sorted(sw["n_val"].unique())
@@ -63,7 +69,8 @@ def plot_nval_sweep(results: Results) -> Figure:
             s = sw[sw.n_val == n]
             ax.scatter(s[f"test_acc_{tag}"], s[f"auc_{tag}"], color=cmap[n], s=18, label=f"n_val={n}")
         ax.set(xlabel="test accuracy of the tuned model", ylabel=f"ROC AUC ({tag.upper()})",
-               title=f"{tag.upper()}: within-seed Spearman rho, mean {rho:.2f}")
+               title=f"{tag.upper()}: within-seed Spearman rho, mean {rho:.2f}"
+               + (" (row nval-spearman)" if tag == "fvm" else " (not gated)"))
         twin = ax.twinx()
         lm = sw.groupby("n_val")[[f"test_acc_{tag}", f"lambda_max_{tag}"]].mean()
         twin.plot(lm[f"test_acc_{tag}"], lm[f"lambda_max_{tag}"], color="grey", linestyle=":", marker="x",

@@ -3,7 +3,8 @@
 - IF (Koh & Liang 2017): ``h(z) = -g_val^T H_tr^{-1} g_z``: up-weighting z raises validation loss.
 - TracIn (Pruthi et al. 2020): ``h(z) = -sum_c lr_c g_val(theta_c)^T g_z(theta_c)``.
 - VM / FVM (this paper): ``I(z) = g~_z^T H~_val^{-1} g~_z >= 0`` at a (flat) validation minimum,
-  from a Newton step with the validation Hessian and a second-order loss-change expansion.
+  from a Newton step with the validation Hessian and a second-order loss-change expansion; it is
+  ``quad(G)`` of the damped inverse (:meth:`DampedInverse.quad`, ``Curvature.quad``), one path only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import numpy as np
 from scipy.stats import rankdata
 from torch import Tensor
 
-from companion.papers.flat_influence.curvature import DampedInverse
 
 
 class Solver(Protocol):
@@ -31,14 +31,6 @@ def if_harm(g_val: Tensor, inv: Solver, G: Tensor) -> Tensor:
 def tracin_harm(g_vals: list[Tensor], lrs: list[float], Gs: list[Tensor]) -> Tensor:
     """TracIn harm ``-sum_c lr_c g_val_c^T g_z_c`` over checkpoints c."""
     return -sum(lr * (G @ gv) for gv, lr, G in zip(g_vals, lrs, Gs))
-
-
-def vm_score(inv: DampedInverse, G: Tensor) -> Tensor:
-    """The paper's score ``g~_z^T H~_val^{-1} g~_z`` (non-negative) for every row of G.
-
-    With ``H_tr`` at theta* in place of ``H~_val`` the same form is the self-influence ablation.
-    """
-    return inv.quad(G)
 
 
 def grad_norm(G: Tensor) -> Tensor:
