@@ -37,7 +37,8 @@ def plot_detection(results: Results) -> Figure:
 
 
 def plot_finetune_curve(results: Results) -> Figure:
-    """Fig. 3 analog: AUC along the flat fine-tune (left) and mean |first-order IF| of clean vs flipped (right)."""
+    """Fig. 3 analog: AUC along the flat fine-tune (left); mean |first-order IF| and, dashed, mean |g_z| of
+    clean vs flipped points (right)."""
     fig, axes = figure(2, 1, width=3.8, height=3.0)
     c = results.curve.groupby("step").agg(["mean", "std"])
     steps = c.index.to_numpy()
