@@ -197,10 +197,20 @@ def test_smoke_and_determinism():
     assert all(np.isfinite(x) for x in paper.metrics(a).values())
     first, second = a.per_seed
     assert set(first.ocr) == set(second.ocr) == set(paper.ORDERS) == set(first.stage_a_end)
-    # impl-memorised is read when Stage B starts (end of Stage A), not after the implication phase
-    assert first.impl_memorised == first.stage_a_end["impl_first"][1] != first.impl_after_phase1
+    # impl-memorised is the spec's precondition, read right after the implication phase (not at Stage A's end)
     values = paper.claim_values(a)
-    assert values["ordering-gap@joint"] == values["ordering-gap-retained@joint"]
+    assert first.impl_memorised is first.impl_after_phase1
+    assert values["impl-memorised"] == [r.impl_after_phase1 for r in a.per_seed]
+    # the ordering gap's control is the forgetting-matched facts-first arm, by the same measurement
+    ocr = lambda o: np.array([r.ocr[o] for r in a.per_seed])  # noqa: E731
+    end = lambda o: np.array([r.stage_a_end[o][1] for r in a.per_seed])  # noqa: E731
+    np.testing.assert_allclose(values["ordering-gap"], ocr("impl_first") - ocr("facts_first"))
+    np.testing.assert_allclose(values["ordering-gap@facts-first-refreshed"],
+                               ocr("facts_first_refreshed") - ocr("facts_first"))
+    np.testing.assert_allclose(values["refresh-forgets"], end("facts_first_refreshed") - end("impl_first"))
+    np.testing.assert_allclose(values["retention-matched"], end("impl_first_retained"))
+    assert not any("joint" in k or "retained" in k for k in values)  # reported arms, not claims or controls
+    assert {c.id: c.controls for c in paper.CLAIMS}["ordering-gap"] == ("facts-first-refreshed",)
     assert all(c.role == "check" for c in paper.CLAIMS if c.id in ("impl-first-chance", "no-graft-chance"))
     assert set(first.trainable_ocr) == set(paper.CONTRAST_ORDERS) and not second.trainable_ocr
     again = paper.run(dataclasses.replace(params, seeds=1, contrast_seeds=0)).per_seed[0]  # contrast runs last
@@ -217,7 +227,13 @@ def test_smoke_and_determinism():
         [r.graft["control"][0] for r in a.per_seed], abs=0.006)
     assert list(paper.stage_a_table(a).index) == [0, 1]
     numbers = paper.page_numbers(a, verdicts)
-    assert numbers["v_ordering_gap_at_joint"] in ("HOLDS", "FAILS", "INCONCLUSIVE") and numbers["n_contrast"] == 1
+    assert numbers["v_ordering_gap_at_facts_first_refreshed"] in ("HOLDS", "FAILS", "INCONCLUSIVE")
+    assert numbers["n_contrast"] == 1
+    assert numbers["gap_deconf"] == pytest.approx(np.mean(ocr("impl_first") - ocr("facts_first_refreshed")))
+    # the Stage-A trajectory logs every 3rd epoch and each phase's last: 3 phases for the refreshed arm
+    e = params.epochs_phase
+    assert first.traj_a["facts_first_refreshed"].shape == (3 * len(es.logged_epochs(e, 1)), 2)
+    assert es.logged_epochs(e, 2)[-1] == 2 * e and e in es.logged_epochs(e, 2)
     for plot in (paper.plot_ordering, paper.plot_seeds, paper.plot_grafting, paper.plot_scores):
         plot(a)
 
@@ -276,7 +292,8 @@ def test_option_first_tokens_must_differ(tiny_lm_dir):
 def test_dax_world_splits_and_counterfactuals():
     a, b = (pretrained_dax.make_dax_world(np.random.default_rng(3)) for _ in range(2))
     assert a.names == b.names and (a.city == b.city).all()  # deterministic per seed
-    assert len(set(a.names)) == 62 and sorted(a.city[a.test]) == list(range(20))  # one test name per city
+    assert len(set(a.names)) == 62 + pretrained_dax.N_FRESH and sorted(a.city[a.test]) == list(range(20))
+    assert len(a.city) == len(a.city2) == len(a.names) and list(a.fresh) == list(range(62, 62 + pretrained_dax.N_FRESH))
     assert (a.city2 != a.city).all() and sorted(a.animal) == list(range(20))
     kind, prompts, answers = pretrained_dax.zong(a, a.train, counterfactual=True)
     assert kind == "zong" and prompts[0] == f"{a.names[20]} zong is the"
@@ -347,8 +364,9 @@ def test_paper_seed_holds_at_most_three_cpu_copies(tiny_lm_dir, monkeypatch):
     out = pretrained_dax.run_seed(model, tok, 0, epochs=1, lr=1e-3)
     assert set(out["ocr"]) == set(pretrained_dax.ORDER_PHASES)
     assert 2.5 < peak[0] <= pretrained_dax.CPU_COPIES == 3
-    # the official batch: 4 only in facts-first's implication phase (train_left_first), 8 everywhere else
-    assert batches[1] == 4 and batches.count(4) == 1 and set(batches) == {4, 8}
+    # the official batch: 4 only in the facts-first orders' implication phase (train_left_first), 8 elsewhere;
+    # order: facts_first (2 phases + test), impl_first (2 + test), facts_first_refreshed (3 + test), ...
+    assert batches[1] == batches[7] == 4 and batches.count(4) == 2 and set(batches) == {4, 8}
 
 
 @pytest.mark.slow
@@ -390,3 +408,20 @@ def test_retained_arm_replays_the_implications(world):
     assert torch.equal(plain[0], retained[0])
     assert zong_a <= {tuple(x) for x in retained[1].tolist()}
     assert not zong_a & {tuple(x) for x in plain[1].tolist()}
+
+
+def test_refreshed_arm_is_facts_first_then_fresh_facts_only():
+    """The forgetting-matched arm: facts-first's two phases, then the facts of fresh names that have no
+    implication anywhere; adding the fresh names leaves the rest of the world unchanged."""
+    plain = fact_world.make_world(30, 30, 20, 10, np.random.default_rng(0))
+    w = fact_world.make_world(30, 30, 20, 10, np.random.default_rng(0), n_fresh=30)
+    assert all(np.array_equal(getattr(plain, k), getattr(w, k)[:80]) for k in ("city", "city2"))
+    assert np.array_equal(plain.animal, w.animal) and np.array_equal(plain.test, w.test)
+    assert len(w.fresh) == 30 and not set(w.fresh) & (set(w.pre) | set(w.train) | set(w.test))
+    replay = fact_world.dax(w, w.pre[:5])
+    ff, ffr = es._phases("facts_first", w, replay), es._phases("facts_first_refreshed", w, replay)
+    assert len(ffr) == 3 and all(torch.equal(a, b) for a, b in zip(ff, ffr[:2]))
+    last = ffr[2]
+    assert (last[:, 2] == fact_world.DAX).all()
+    fresh_tok = set(w.name_tok(w.fresh).tolist())
+    assert fresh_tok <= set(last[:, 1].tolist()) and not fresh_tok & set(torch.cat(ff)[:, 1].tolist())

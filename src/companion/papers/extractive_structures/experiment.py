@@ -76,9 +76,16 @@ def train(model: GPT2LMHeadModel, seqs: Tensor, epochs: int, lr: float, batch_si
             if frozen_rows is not None:
                 wte.grad[frozen_rows] = 0.0
             opt.step()
-        if log is not None and (epoch + 1) % log_every == 0:
+        if log is not None and ((epoch + 1) % log_every == 0 or epoch + 1 == epochs):  # the phase's end too
             history.append(log())
     return history
+
+
+def logged_epochs(epochs: int, n_phases: int) -> np.ndarray:
+    """The Stage-A epochs (counted from its start) at which :func:`train` logs with ``LOG_EVERY_A``: every
+    ``LOG_EVERY_A``-th epoch of each phase and each phase's last epoch."""
+    one = [e for e in range(1, epochs + 1) if e % LOG_EVERY_A == 0 or e == epochs]
+    return np.concatenate([np.array(one) + k * epochs for k in range(n_phases)])
 
 
 # ---------------------------------------------------------------- one seed
@@ -90,7 +97,7 @@ class SeedResult:
     ocr: dict[str, float] = field(default_factory=dict)  # zong(B) rank after the test finetune
     test_fact: dict[str, float] = field(default_factory=dict)  # dax(B) rank after the test finetune
     leak: dict[str, float] = field(default_factory=dict)  # zong(B) rank before the test finetune
-    impl_memorised: float = float("nan")  # zong(A) rank of impl-first when Stage B starts (end of Stage A)
+    impl_memorised: float = float("nan")  # zong(A) rank of impl-first right after its implication phase
     impl_after_phase1: float = float("nan")  # zong(A) rank of impl-first right after its implication phase
     stage_a_end: dict[str, list[float]] = field(default_factory=dict)  # order -> [dax(A), zong(A)] at Stage A end
     traj_a: dict[str, np.ndarray] = field(default_factory=dict)  # (epochs, 2): dax(A), zong(A)
@@ -105,8 +112,11 @@ def _phases(order: str, world: World, replay: Tensor) -> list[Tensor]:
     """The Stage-A phases of one order, each with the pretraining replay appended."""
     facts, impls = dax(world, world.train), zong(world, world.train)
     plan = {"facts_first": [facts, impls], "impl_first": [impls, facts],
-            # retention-matched: the implications are replayed during the fact phase, so Stage A ends with
-            # zong(train) still known, as facts-first does (the control of the forgetting confound)
+            # forgetting-matched facts-first (the control of the ordering gap): the same order, then the facts of
+            # fresh names that have no implications, so Stage A ends on a new-fact phase as implications-first does
+            "facts_first_refreshed": [facts, impls, dax(world, world.fresh)],
+            # retention-matched (a reported diagnostic): the implications are replayed during the fact phase, so
+            # Stage A ends with zong(train) known; that phase is joint's, so it cannot separate retention from joint
             "impl_first_retained": [impls, torch.cat([facts, impls])],
             "joint": [torch.cat([facts, impls])]}
     return [torch.cat([p, replay]) for p in plan[order]]
@@ -116,7 +126,7 @@ def run_seed(params: Params, seed: int) -> SeedResult:
     """Pretraining, the three orders with the test finetune, grafting and scores for one seed."""
     rng, gen = runtime.generators(seed)
     world = make_world(params.n_pre_names, params.n_train_names, params.n_test_names * params.test_slices,
-                       params.n_cities, rng)
+                       params.n_cities, rng, n_fresh=params.n_train_names)
     model = build_model(world, params.n_layer, params.d_model, params.n_head, gen)
     train(model, dax(world, world.pre), params.epochs_pre, params.lr, params.batch_size, rng)
     names = torch.as_tensor(world.name_tok(np.arange(world.n_names)))
@@ -157,11 +167,9 @@ def _orders(res: SeedResult, model: GPT2LMHeadModel, world: World, replay: Tenso
             before = snapshot(m)
             traj += train(m, phase, params.epochs_phase, log=log_a if trace else None, log_every=LOG_EVERY_A, **fit)
             deltas[(order, k)] = delta_since(m, before)
-            if order == "impl_first" and k == 0:
-                res.impl_after_phase1 = mean_rank(m, world, zong_a)
-        res.stage_a_end[order] = list(mean_ranks(m, world, dax_a, zong_a))
-        if order == "impl_first":
-            res.impl_memorised = res.stage_a_end[order][1]  # when Stage B starts
+            if order == "impl_first" and k == 0:  # the spec's precondition: implications memorised
+                res.impl_after_phase1 = res.impl_memorised = mean_rank(m, world, zong_a)
+        res.stage_a_end[order] = list(mean_ranks(m, world, dax_a, zong_a))  # when Stage B starts
         theta, stage_a = snapshot(m), copy.deepcopy(m)
         traj_b = np.mean([_test_finetune(m if j == 0 else copy.deepcopy(stage_a), world, names, params, fit, trace)
                           for j, names in enumerate(_test_slices(world, params))], axis=0)
@@ -279,13 +287,11 @@ def claim_values(results: Results) -> dict[str, list[float]]:
     """The measured value of every claim and control (``"<id>@<control>"``) on every seed."""
     v, c = results.values, results.chance
     ocr = lambda o: v(lambda r: r.ocr.get(o, float("nan")))  # noqa: E731
-    joint_gap = ocr("joint") - ocr("facts_first")
     graft = {k: v(lambda r, k=k: r.graft[k][0] if r.graft else float("nan")) for k in ("W_F'", "graft", "control")}
+    end = lambda o: v(lambda r: r.stage_a_end.get(o, [np.nan, np.nan])[1])  # noqa: E731  zong(train), Stage A end
     out = {
         "ordering-gap": ocr("impl_first") - ocr("facts_first"),
-        "ordering-gap@joint": joint_gap,
-        "ordering-gap-retained": ocr("impl_first_retained") - ocr("facts_first"),
-        "ordering-gap-retained@joint": joint_gap,
+        "ordering-gap@facts-first-refreshed": ocr("facts_first_refreshed") - ocr("facts_first"),
         "facts-first-ocr": ocr("facts_first"),
         "facts-first-ocr@impl-first": ocr("impl_first"),
         "graft-margin": graft["control"] - graft["graft"],
@@ -296,8 +302,9 @@ def claim_values(results: Results) -> dict[str, list[float]]:
         "no-graft-chance": graft["W_F'"],
         "test-facts-learned": v(lambda r: max(r.test_fact.values())),
         "no-leakage": v(lambda r: max(abs(x - c) for x in r.leak.values())),
-        "impl-memorised": v(lambda r: r.impl_memorised),
-        "retention-matched": v(lambda r: r.stage_a_end.get("impl_first_retained", [np.nan, np.nan])[1]),
+        "impl-memorised": v(lambda r: r.impl_after_phase1),
+        "retention-matched": end("impl_first_retained"),
+        "refresh-forgets": end("facts_first_refreshed") - end("impl_first"),
     }
     return {k: [float(x) for x in vals] for k, vals in out.items()}
 
@@ -373,18 +380,26 @@ def page_numbers(results: Results, verdicts) -> dict:
     per = {k: np.asarray(x, dtype=float) for k, x in claim_values(results).items()}
     end = lambda o: results.values(lambda r: r.stage_a_end.get(o, [np.nan, np.nan])[1])  # noqa: E731
     out = {"n_seeds": len(results.seeds), "seed0": results.seeds[0], "chance": results.chance}
-    for short, o in (("ff", "facts_first"), ("if", "impl_first"), ("ifr", "impl_first_retained"),
-                     ("joint", "joint")):
+    for short, o in (("ff", "facts_first"), ("if", "impl_first"), ("ffr", "facts_first_refreshed"),
+                     ("ifr", "impl_first_retained"), ("joint", "joint")):
         out[f"ocr_{short}"] = float(np.nanmean(results.values(lambda r, o=o: r.ocr.get(o, np.nan))))
         out[f"end_{short}"] = float(np.nanmean(end(o)))
     out["after_phase1"] = float(np.nanmean(results.values(lambda r: r.impl_after_phase1)))
-    for key, name in (("gap", "ordering-gap"), ("gap_joint", "ordering-gap@joint"),
-                      ("gap_ret", "ordering-gap-retained"), ("graft_margin", "graft-margin"),
+    ocr = lambda o: results.values(lambda r: r.ocr.get(o, np.nan))  # noqa: E731
+    per["gap_deconf"] = ocr("impl_first") - ocr("facts_first_refreshed")  # both end Stage A on a fact phase
+    per["gap_ret"] = ocr("impl_first_retained") - ocr("facts_first")
+    per["gap_joint"] = ocr("joint") - ocr("facts_first")
+    per["end_gap"] = end("facts_first_refreshed") - end("impl_first")
+    for key, name in (("gap", "ordering-gap"), ("gap_ffr", "ordering-gap@facts-first-refreshed"),
+                      ("gap_deconf", "gap_deconf"), ("gap_joint", "gap_joint"), ("end_gap", "end_gap"),
+                      ("gap_ret", "gap_ret"), ("graft_margin", "graft-margin"),
                       ("graft_margin_ctrl", "graft-margin@impl-only-graft"), ("graft", "graft-ocr"),
                       ("graft_ctrl", "graft-ocr@impl-only-graft"), ("no_graft", "no-graft-chance")):
         out[key], out[f"{key}_min"], out[f"{key}_max"] = (float(np.nanmean(per[name])), float(np.nanmin(per[name])),
                                                           float(np.nanmax(per[name])))
-    out["gap_ret_pos"] = int(np.sum(per["ordering-gap-retained"] > 0))
+    out["gap_ret_pos"] = int(np.sum(per["gap_ret"] > 0))
+    out["gap_ffr_pass"] = int(np.sum(per["ordering-gap@facts-first-refreshed"] >= 3.0))
+    out["gap_pass"] = int(np.sum(per["ordering-gap"] >= 3.0))
     for v in verdicts:
         key = "v_" + v.id.replace("-", "_")
         out[key] = v.verdict
@@ -408,12 +423,13 @@ def page_numbers(results: Results, verdicts) -> dict:
 
 def stage_a_table(results: Results) -> pd.DataFrame | str:
     """Per seed: the implication rank zong(train) at the end of Stage A (when Stage B starts) and the OCR rank
-    zong(test) after Stage B, for every order."""
+    zong(test) after Stage B, for every order; implications-first's zong(train) rank right after its
+    implication phase."""
     rows = {}
     for k, r in zip(results.seeds, results.per_seed):
         if not r.stage_a_end:
             return "Stage-A end ranks are not logged in this run"
-        row = {}
+        row = {("impl_first", "impl rank after its impl phase"): r.impl_after_phase1}
         for o in ORDERS:
             if o in r.stage_a_end:
                 row[(o, "impl rank end of Stage A")] = r.stage_a_end[o][1]

@@ -28,6 +28,7 @@ class World:
     pre: np.ndarray  # name ids of the pretraining slice
     train: np.ndarray  # name ids of the training slice
     test: np.ndarray  # name ids of the test slice
+    fresh: np.ndarray  # name ids of the refresh slice (facts only, never an implication; may be empty)
 
     @property
     def vocab(self) -> int:
@@ -44,15 +45,21 @@ class World:
         return 3 + self.n_names + self.n_cities + animals
 
 
-def make_world(n_pre: int, n_train: int, n_test: int, n_cities: int, rng: np.random.Generator) -> World:
-    """Random facts; the test names cycle through a permutation so every city is used."""
+def make_world(n_pre: int, n_train: int, n_test: int, n_cities: int, rng: np.random.Generator,
+               n_fresh: int = 0) -> World:
+    """Random facts; the test names cycle through a permutation so every city is used. The ``n_fresh``
+    refresh names come last, with random cities (drawn after everything else)."""
     n = n_pre + n_train + n_test
     city = rng.integers(0, n_cities, size=n)
     city[n_pre + n_train:] = rng.permutation(n_cities)[np.arange(n_test) % n_cities]
     city2 = (city + rng.integers(1, n_cities, size=n)) % n_cities
-    ids = np.arange(n)
-    return World(n, n_cities, city, city2, rng.permutation(n_cities), ids[:n_pre],
-                 ids[n_pre:n_pre + n_train], ids[n_pre + n_train:])
+    animal = rng.permutation(n_cities)
+    fresh_city = rng.integers(0, n_cities, size=n_fresh)
+    city = np.concatenate([city, fresh_city])
+    city2 = np.concatenate([city2, (fresh_city + rng.integers(1, n_cities, size=n_fresh)) % n_cities])
+    ids = np.arange(n + n_fresh)
+    return World(n + n_fresh, n_cities, city, city2, animal, ids[:n_pre],
+                 ids[n_pre:n_pre + n_train], ids[n_pre + n_train:n], ids[n:])
 
 
 def dax(world: World, names: np.ndarray, counterfactual: bool = False) -> Tensor:

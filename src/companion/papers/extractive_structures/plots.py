@@ -6,23 +6,26 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from companion import plotting
-from companion.papers.extractive_structures import ORDERS, CONTRAST_ORDERS, LOG_EVERY_A, SCORE_KINDS
-from companion.papers.extractive_structures.experiment import Results
+from companion.papers.extractive_structures import ORDERS, CONTRAST_ORDERS, SCORE_KINDS
+from companion.papers.extractive_structures.experiment import Results, logged_epochs
 
 def plot_ordering(results: Results) -> Figure:
     """Fact (dashed) and implication (solid) ranks per epoch, one colour per order (facts-first,
-    implications-first, retention-matched implications-first, joint): Stage A (train names), Stage B (test names)."""
+    implications-first, forgetting-matched facts-first, retention-matched implications-first, joint): Stage A
+    (train names; every 3rd epoch and each phase's last), Stage B (test names)."""
     fig, (ax_a, ax_b) = plotting.figure(2, 1, width=4.2, height=3.0)
     if not any(r.traj_a for r in results.per_seed):
         for ax in (ax_a, ax_b):
             ax.text(0.5, 0.5, "per-epoch ranks are logged by the toy only\n(see the OCR rank per seed)",
                     ha="center", transform=ax.transAxes)
         return fig
+    per_phase = len(logged_epochs(results.params.epochs_phase, 1))
     for i, order in enumerate(ORDERS):
         colour = f"C{i}"
         for ax, key in ((ax_a, "traj_a"), (ax_b, "traj_b")):
             runs = np.stack([getattr(r, key)[order] for r in results.per_seed if order in r.traj_a])
-            x = (np.arange(runs.shape[1]) + 1) * LOG_EVERY_A if key == "traj_a" else np.arange(runs.shape[1])
+            x = (logged_epochs(results.params.epochs_phase, runs.shape[1] // per_phase) if key == "traj_a"
+                 else np.arange(runs.shape[1]))
             for j, style in ((0, "--"), (1, "-")):
                 mean, sd = runs[..., j].mean(0), runs[..., j].std(0)
                 ax.plot(x, mean, style, color=colour, label=f"{order} {'fact' if j == 0 else 'impl'}")
@@ -30,7 +33,7 @@ def plot_ordering(results: Results) -> Figure:
     for ax, title in ((ax_a, "Stage A: training names"), (ax_b, "Stage B: new facts only (test names)")):
         ax.axhline(results.chance, color="grey", lw=0.8, ls=":")
         ax.set(xlabel="epoch", ylabel="mean rank (0 = best)", title=title)
-    ax_b.legend(ncols=2, fontsize=7)
+    ax_b.legend(ncols=2, fontsize=6)
     return fig
 
 
@@ -55,7 +58,7 @@ def plot_grafting(results: Results) -> Figure:
 
 
 def plot_seeds(results: Results) -> Figure:
-    """OCR rank of every seed and order (all four orders on every seed), with frozen and (if run) trainable name
+    """OCR rank of every seed and order (all five orders on every seed), with frozen and (if run) trainable name
     embeddings (facts-first and implications-first only)."""
     toy = "names frozen" if results.params.freeze_name_embeddings else "names trainable"
     panels = [("ocr", "pretrained LM" if results.on_lm else toy, ORDERS)]

@@ -15,8 +15,10 @@ Follows the paper's dax/zong procedure (Feng, Russell and Steinhardt, ICML 2025;
   in the last quarter of the blocks (the paper split 32 layers at 24).
 
 Every phase is the official finetune (``companion.models.causal_lm.finetune``: fresh Adam, constant lr,
-answer tokens only), batch 8 except the implication phase of facts-first, batch 4 as in the official
-``train_left_first`` (its ``train_both_first`` keeps batch 8). Memory: one fp32 CPU copy of the starting weights and at most two deltas from it
+answer tokens only), batch 8 except the implication phase of facts-first (and of the forgetting-matched
+facts-first arm), batch 4 as in the official ``train_left_first`` (its ``train_both_first`` keeps batch 8).
+The graft delta Δ_{F,Impl} is that batch-4 phase; the official ``gradient_grafting.py`` trains it separately
+at batch 8 (not done here, to save one finetune per seed). Memory: one fp32 CPU copy of the starting weights and at most two deltas from it
 (:data:`CPU_COPIES`), about 83 GB for OLMo-7B (6.9 B parameters x 4 bytes x 3), within a 128 GiB host;
 the earlier code held up to six copies (about 165 GB). The entities are the companion's own: cities from
 :mod:`.two_hop_facts`, animals below, people from its first and last names (the official lists carry no
@@ -40,8 +42,11 @@ ANIMALS = ("dog", "cat", "horse", "lion", "tiger", "bear", "wolf", "fox", "rabbi
 N_TEST, N_TRAIN = 20, 42  # the official split: names 0-19 test (one per city), 20-61 train
 BATCH = 8  # the official batch size of the fact phases
 CPU_COPIES = 3  # full fp32 weight copies on the CPU at most: w and two deltas (about 83 GB for OLMo-7B)
-# the Stage-A phases of each order, as kinds of set; impl_first_retained replays the implications in its fact phase
+N_FRESH = N_TRAIN  # refresh names (facts only) of the forgetting-matched facts-first arm
+# the Stage-A phases of each order, as kinds of set; facts_first_refreshed ends on the facts of fresh names (no
+# implications), impl_first_retained replays the implications in its fact phase
 ORDER_PHASES = {"facts_first": [["dax"], ["zong"]], "impl_first": [["zong"], ["dax"]],
+                "facts_first_refreshed": [["dax"], ["zong"], ["fresh"]],
                 "impl_first_retained": [["zong"], ["dax", "zong"]], "joint": [["dax", "zong"]]}
 IMPL_BATCH = 4  # the official train_left_first (facts first) trains its implication phase with batch 4
 # (train_both_first, implications first, keeps batch 8 in both phases)
@@ -66,18 +71,30 @@ class DaxWorld:
         """Indices of the training names."""
         return np.arange(N_TEST, N_TEST + N_TRAIN)
 
+    @property
+    def fresh(self) -> np.ndarray:
+        """Indices of the refresh names (facts only; not in the official split)."""
+        return np.arange(N_TEST + N_TRAIN, N_TEST + N_TRAIN + N_FRESH)
+
 
 CITY_NAMES = tuple(CITIES)
 
 
 def make_dax_world(rng: np.random.Generator) -> DaxWorld:
-    """62 distinct people; test names get distinct cities, training names random ones, every name moves in F'."""
+    """62 distinct people (the official split), then N_FRESH refresh people, drawn after everything else; test
+    names get distinct cities, the others random ones; every name moves in F'."""
     n_c = len(CITY_NAMES)
     pairs = rng.choice(len(FIRST_NAMES) * len(LAST_NAMES), size=N_TEST + N_TRAIN, replace=False)
-    names = [f"{FIRST_NAMES[i // len(LAST_NAMES)]} {LAST_NAMES[i % len(LAST_NAMES)]}" for i in pairs]
     city = np.concatenate([rng.permutation(n_c), rng.integers(0, n_c, size=N_TRAIN)])
     city2 = (city + rng.integers(1, n_c, size=len(city))) % n_c
-    return DaxWorld(names, city, city2, rng.permutation(len(ANIMALS)))
+    animal = rng.permutation(len(ANIMALS))
+    rest = np.setdiff1d(np.arange(len(FIRST_NAMES) * len(LAST_NAMES)), pairs)
+    pairs = np.concatenate([pairs, rng.choice(rest, size=N_FRESH, replace=False)])
+    fresh_city = rng.integers(0, n_c, size=N_FRESH)
+    city = np.concatenate([city, fresh_city])
+    city2 = np.concatenate([city2, (fresh_city + rng.integers(1, n_c, size=N_FRESH)) % n_c])
+    names = [f"{FIRST_NAMES[i // len(LAST_NAMES)]} {LAST_NAMES[i % len(LAST_NAMES)]}" for i in pairs]
+    return DaxWorld(names, city, city2, animal)
 
 
 Set = tuple[str, list[str], list[int]]  # ("dax" | "zong", prompts, answer indices)
@@ -146,7 +163,7 @@ def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
     """The orders with the test finetune, grafting and layer keeping for one seed's world.
 
     Returns the fields of the toy's per-seed result: ``ocr``, ``test_fact``, ``leak``, ``stage_a_end``,
-    ``impl_memorised`` (when Stage B starts), ``impl_after_phase1``, ``graft`` and ``layer_keep``. ``model``
+    ``impl_memorised`` = ``impl_after_phase1`` (right after the implication phase), ``graft`` and ``layer_keep``. ``model``
     is restored to its weights on return. Memory: one fp32 CPU copy of the weights (``w``) and at most two
     deltas from it are held at once (:data:`CPU_COPIES`); every other state is built in place.
     """
@@ -158,15 +175,16 @@ def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
     def fit(*sets: Set, batch: int = BATCH) -> None:
         causal_lm.finetune(model, ev.encode(*sets), epochs, lr, batch, rng)
 
-    facts, impls = dax(world, world.train), zong(world, world.train)
+    facts, impls, fresh = dax(world, world.train), zong(world, world.train), dax(world, world.fresh)
     test_facts, test_impls = dax(world, world.test), zong(world, world.test)
     out: dict = {"ocr": {}, "test_fact": {}, "leak": {}, "graft": {}, "layer_keep": {}, "stage_a_end": {}}
     deltas: dict[str, Delta] = {}
     for order, phases in ORDER_PHASES.items():
         restore(model, w)
         for k, phase in enumerate(phases):
-            batch = IMPL_BATCH if (order, k) == ("facts_first", 1) else BATCH  # as the official code
-            fit(*[{"dax": facts, "zong": impls}[kind] for kind in phase], batch=batch)
+            # as the official train_left_first: batch 4 in the implication phase of the facts-first orders
+            batch = IMPL_BATCH if order.startswith("facts_first") and k == 1 else BATCH
+            fit(*[{"dax": facts, "zong": impls, "fresh": fresh}[kind] for kind in phase], batch=batch)
             if (order, k) == ("facts_first", 0):
                 d_stage = delta_to(model, w)  # the facts' change; becomes the Stage-A change below
             if (order, k) == ("facts_first", 1):
@@ -176,7 +194,7 @@ def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
                     d_stage[n].add_(d)
             if (order, k) == ("impl_first", 0):
                 deltas["Impl"] = delta_to(model, w)  # implications learned alone
-                out["impl_after_phase1"] = ev.rank(impls)
+                out["impl_after_phase1"] = out["impl_memorised"] = ev.rank(impls)
         out["stage_a_end"][order] = [ev.rank(facts), ev.rank(impls)]
         out["leak"][order] = ev.rank(test_impls)
         fit(test_facts)
@@ -187,7 +205,6 @@ def run_seed(model, tok, seed: int, epochs: int, lr: float) -> dict:
                     d_stage[n].neg_().add_(p.detach().cpu()).sub_(w[n])
             out["layer_keep"] = _layer_keep(model, ev, d_stage, test_facts, test_impls)
             del d_stage
-    out["impl_memorised"] = out["stage_a_end"]["impl_first"][1]
     restore(model, w)
     fit(dax(world, world.train, True))  # the model is now W_F' = w + D_F'
     evals = (zong(world, world.train, True), impls, dax(world, world.train, True))
