@@ -400,11 +400,17 @@ def page_numbers(results: Results, verdicts) -> dict:
     out["gap_ret_pos"] = int(np.sum(per["gap_ret"] > 0))
     out["gap_ffr_pass"] = int(np.sum(per["ordering-gap@facts-first-refreshed"] >= 3.0))
     out["gap_pass"] = int(np.sum(per["ordering-gap"] >= 3.0))
+    nan2 = (float("nan"), float("nan"))
     for v in verdicts:
         key = "v_" + v.id.replace("-", "_")
         out[key] = v.verdict
+        out[f"{key}_lo"], out[f"{key}_hi"] = (float(x) for x in (v.interval or nan2))
+        if v.role == "finding":
+            out[f"{key}_disc"] = "discriminates" if v.discriminates else "does not discriminate"
         for c in v.controls:
-            out[f"{key}_at_{c.name.replace('-', '_')}"] = c.verdict
+            ck = f"{key}_at_{c.name.replace('-', '_')}"
+            out[ck], out[f"{ck}_val"] = c.verdict, float(c.value)
+            out[f"{ck}_lo"], out[f"{ck}_hi"] = (float(x) for x in (c.interval or nan2))
     contrast = [r for r in results.per_seed if r.trainable_ocr]
     out["n_contrast"] = len(contrast)
     if contrast:
