@@ -6,7 +6,9 @@ What is reproduced, at toy scale, with a 2-block ``transformers`` GPT-2 trained 
 
 - the *data-ordering effect*: a model finetuned on facts ``name dax -> city`` then on implications
   ``name zong -> animal(city)`` answers the implication for *new* names after learning only their
-  facts (out-of-context reasoning, OCR); trained implications-first it does not;
+  facts (out-of-context reasoning, OCR); trained implications-first it does not; the control is a
+  facts-first model that ends its training on the facts of fresh names, as implications-first ends on facts
+  (so it forgets the training implications as implications-first does);
 - *weight grafting*: the weight change that implications add on top of known facts, grafted onto a
   model that learned counterfactual facts, predicts the counterfactual implications; the change
   learned from implications alone does not;

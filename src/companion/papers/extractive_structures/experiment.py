@@ -123,7 +123,7 @@ def _phases(order: str, world: World, replay: Tensor) -> list[Tensor]:
 
 
 def run_seed(params: Params, seed: int) -> SeedResult:
-    """Pretraining, the three orders with the test finetune, grafting and scores for one seed."""
+    """Pretraining, the five orders with the test finetune, grafting and scores for one seed."""
     rng, gen = runtime.generators(seed)
     world = make_world(params.n_pre_names, params.n_train_names, params.n_test_names * params.test_slices,
                        params.n_cities, rng, n_fresh=params.n_train_names)

@@ -7,8 +7,10 @@ Follows the paper's dax/zong procedure (Feng, Russell and Steinhardt, ICML 2025;
   zong = wug ∘ dax for a hidden bijection city -> animal (wug is never trained); 62 names per seed, 20
   test names (one per city) and 42 training names, each training name also with a counterfactual city;
 - data ordering: from the pretrained weights W, train facts then implications, implications then facts,
-  or both jointly on the training names, then only the test names' facts; the OCR rank is the test
-  implications' rank after that;
+  or both jointly on the training names, plus two companion arms (facts, implications, then the facts of
+  42 fresh names without implications: the forgetting-matched control; implications, then facts with the
+  implications replayed), then only the test names' facts; the OCR rank is the test implications' rank after
+  that;
 - grafting: W + Δ_F' (counterfactual facts) with Δ_{F,Impl} (implications learned on top of the facts)
   or with the control Δ_Impl (implications learned alone), evaluated on Impl(F'), Impl(F) and F';
 - layer keeping: the facts-first model's test-fact change kept only in the first three quarters or only
