@@ -435,8 +435,10 @@ def stage_a_table(results: Results) -> pd.DataFrame | str:
     for k, r in zip(results.seeds, results.per_seed):
         if not r.stage_a_end:
             return "Stage-A end ranks are not logged in this run"
-        row = {("impl_first", "impl rank after its impl phase"): r.impl_after_phase1}
+        row = {}
         for o in ORDERS:
+            if o == "impl_first":
+                row[(o, "impl rank after its impl phase")] = r.impl_after_phase1
             if o in r.stage_a_end:
                 row[(o, "impl rank end of Stage A")] = r.stage_a_end[o][1]
                 row[(o, "OCR rank")] = r.ocr[o]
