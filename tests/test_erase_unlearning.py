@@ -365,6 +365,20 @@ def test_race_seeding_is_kmeanspp_in_law():
             assert np.array_equal(ids[keep][qk.kmeanspp_race(P[keep], ids[keep], 2, key)], ids[rows])
 
 
+
+def test_race_seeding_is_kmeanspp_in_law_when_every_weight_is_zero():
+    # two locations, k = 4: after two seeds every D^2 weight is 0 and both samplers fall back to uniform
+    # over the rows not chosen; a fallback weight carried into the next step's D^2 (an earlier bug) put
+    # the race at TV 0.34 from the law
+    P = np.array([[0.0], [0.0], [0.0], [1.0], [1.0]])
+    ids = np.arange(5)
+    rng = np.random.default_rng(1)
+    counts = {}
+    for _ in range(6000):
+        s = tuple(qk.kmeanspp_race(P, ids, 4, int(rng.integers(2**63))).tolist())
+        counts[s] = counts.get(s, 0) + 1
+    assert _gof_p(counts, qk.kmeanspp_law(P, 4)) > 1e-3
+
 # the cold read's 5-point case: delete id 4, k = 2, T = 1, eps = 2 (certificates pass on some draws)
 FIVE = np.array([[3.43], [1.47], [-0.03], [1.18], [-1.86]])
 FIVE_CFG = qk.Config(2, 1, 2.0, 0.5)

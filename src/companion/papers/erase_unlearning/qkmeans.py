@@ -153,18 +153,19 @@ def kmeanspp_race(Xf: np.ndarray, ids: np.ndarray, k: int, key: int) -> np.ndarr
     (when every weight is 0, the race runs with weight 1 over the rows not chosen yet)."""
     n = len(Xf)
     rows: list[int] = []
-    w = np.ones(n)
+    d2 = np.ones(n)
     for t in range(k):
         e = race_exponentials(key, t, ids)
-        if w.sum() <= 0:
+        w = d2
+        if w.sum() <= 0:  # a stand-in for this step only: the next step's weights stay the true D^2
             w = np.ones(n)
             w[rows] = 0.0
         with np.errstate(divide="ignore"):
             score = np.where(w > 0, e / np.where(w > 0, w, 1.0), np.inf)
         nxt = int(np.argmin(score))
         rows.append(nxt)
-        d2 = sq_dists(Xf, Xf[[nxt]])[:, 0]
-        w = d2 if t == 0 else np.minimum(w, d2)
+        near = sq_dists(Xf, Xf[[nxt]])[:, 0]
+        d2 = near if t == 0 else np.minimum(d2, near)
     return np.asarray(rows)
 
 
