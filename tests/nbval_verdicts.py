@@ -46,7 +46,10 @@ def explain(slug: str, stored: dict[str, str], now: dict[str, str], record: dict
 
 
 def _machine() -> str:
-    covered = "covered by the numerics profile" if numerics.applies() else \
+    # Measured: under the profile, records stored on an AMD EPYC reproduce bit for bit on an Intel Xeon for
+    # some papers and not for others, so "covered" does not promise identical numbers across CPU vendors.
+    covered = ("under the numerics profile (which does not yet make every paper identical across CPU "
+               "vendors; verdicts at their bar can move)") if numerics.applies() else \
         "NOT covered by the numerics profile (its code paths differ; verdicts at their bar can move)"
     return f"this machine: {numerics.cpu_model()} ({platform.machine()}), {covered}"
 
