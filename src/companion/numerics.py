@@ -1,5 +1,7 @@
 """The numerics profile: CPU code paths pinned so that a seed gives the same bits on any x86-64
-machine with AVX2, whatever its vendor or its wider vector units.
+machine with AVX2, whatever its vendor or its wider vector units. That is the aim, not yet met for every
+paper: re-run on an Intel Xeon, records stored on an AMD EPYC under this profile reproduce bit for bit for
+some papers and not for others (the README gives which).
 
 Small models amplify the last bit of a matrix product into a different training trajectory, so a
 record stored on an Intel machine with AVX-512 did not reproduce on an AMD EPYC with AVX2 (same seed,
