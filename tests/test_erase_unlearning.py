@@ -348,15 +348,20 @@ def test_kmeanspp_law_and_the_conditioning_counterexample():
     assert qk.kmeanspp_law(np.array([0.0, 1.0]), 2) == {(0, 1): 0.5, (1, 0): 0.5}
 
 
+def _race_counts(P: np.ndarray, ids: np.ndarray, k: int, seed: int, draws: int = 6000) -> dict:
+    """Ordered race seed rows over ``draws`` random race keys."""
+    rng = np.random.default_rng(seed)
+    counts: dict = {}
+    for _ in range(draws):
+        s = tuple(qk.kmeanspp_race(P, ids, k, int(rng.integers(2**63))).tolist())
+        counts[s] = counts.get(s, 0) + 1
+    return counts
+
+
 def test_race_seeding_is_kmeanspp_in_law():
     P = np.array([[3.43], [1.47], [-0.03], [1.18], [-1.86]])
     ids = np.array([3, 8, 9, 20, 21])
-    rng = np.random.default_rng(0)
-    counts = {}
-    for _ in range(6000):
-        s = tuple(qk.kmeanspp_race(P, ids, 3, int(rng.integers(2**63))).tolist())
-        counts[s] = counts.get(s, 0) + 1
-    assert _gof_p(counts, qk.kmeanspp_law(P, 3)) > 1e-3
+    assert _gof_p(_race_counts(P, ids, 3, seed=0), qk.kmeanspp_law(P, 3)) > 1e-3
     # keyed by id, not position: deleting a non-seed leaves the seeds (by id) unchanged, for every key
     for key in range(200):
         rows = qk.kmeanspp_race(P, ids, 2, key)
@@ -365,19 +370,13 @@ def test_race_seeding_is_kmeanspp_in_law():
             assert np.array_equal(ids[keep][qk.kmeanspp_race(P[keep], ids[keep], 2, key)], ids[rows])
 
 
-
 def test_race_seeding_is_kmeanspp_in_law_when_every_weight_is_zero():
     # two locations, k = 4: after two seeds every D^2 weight is 0 and both samplers fall back to uniform
     # over the rows not chosen; a fallback weight carried into the next step's D^2 (an earlier bug) put
     # the race at TV 0.34 from the law
     P = np.array([[0.0], [0.0], [0.0], [1.0], [1.0]])
-    ids = np.arange(5)
-    rng = np.random.default_rng(1)
-    counts = {}
-    for _ in range(6000):
-        s = tuple(qk.kmeanspp_race(P, ids, 4, int(rng.integers(2**63))).tolist())
-        counts[s] = counts.get(s, 0) + 1
-    assert _gof_p(counts, qk.kmeanspp_law(P, 4)) > 1e-3
+    assert _gof_p(_race_counts(P, np.arange(5), 4, seed=1), qk.kmeanspp_law(P, 4)) > 1e-3
+
 
 # the cold read's 5-point case: delete id 4, k = 2, T = 1, eps = 2 (certificates pass on some draws)
 FIVE = np.array([[3.43], [1.47], [-0.03], [1.18], [-1.86]])
