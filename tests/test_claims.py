@@ -1,6 +1,7 @@
 """Claim verdicts: HOLDS/FAILS/INCONCLUSIVE from the mean and the 95% interval over seeds."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -165,3 +166,39 @@ def test_counts_and_tables_separate_findings_from_checks():
     assert "shuffled 0.4 HOLDS" in tables.findings.loc["gap", "controls (same test)"]
     text = claims.format_table(records)
     assert "no (a control holds or is inconclusive)" in text and "check" in text
+
+
+def test_every_seed_claim_judges_the_worst_seed_and_keeps_every_value():
+    c = Claim("every", "s", "p", 0.15, ">=", kind="every", controls=("untrained",))
+    v = claims.evaluate_with_controls(c, {"every": [0.3, 0.1, 0.2], "every@untrained": [0.2, 0.16, 0.4]})
+    assert v.verdict == "FAILS" and v.value == 0.1 and v.per_seed == (0.3, 0.1, 0.2) and v.interval is None
+    assert v.controls[0].verdict == "HOLDS" and v.controls[0].per_seed == (0.2, 0.16, 0.4)
+    assert evaluate(Claim("m", "s", "p", 0.15, "<=", kind="every"), [0.1, 0.12]).value == 0.12
+    assert evaluate(c, [0.3, float("nan")]).verdict == "INCONCLUSIVE"
+    assert claims.format_table([v.to_dict()]).splitlines()[1].split()[3:5] == ["worst", "seed"]
+    with pytest.raises(ValueError, match="every seed"):
+        evaluate(c, 0.3)
+
+
+def test_every_seed_claim_is_rejudged_from_its_stored_seeds():
+    c = Claim("every", "s", "p", 0.15, ">=", kind="every", controls=("untrained",))
+    stored = [claims._jsonable(claims.evaluate_with_controls(
+        c, {"every": [0.3, 0.1, 0.2], "every@untrained": [0.2, 0.16, 0.4]}).to_dict())]
+    again = claims.rejudge(stored, [replace(c, threshold=0.05)])[0]
+    assert again["verdict"] == "HOLDS" and again["controls"][0]["verdict"] == "HOLDS"
+    assert claims.rejudge(stored, [replace(c, threshold=0.18)])[0]["controls"][0]["verdict"] == "FAILS"
+
+
+def test_seed_table_lists_each_finding_and_its_controls_per_seed():
+    stat = Claim("gap", "s", "p", 0.1, controls=("shuffled",))
+    every = Claim("every", "s", "p", 0.15, kind="every")
+    exact = Claim("identity", "s", "p", 1e-9, "<=", kind="exact", role="check")
+    vs = claims.evaluate_all([stat, every, exact], {"gap": [0.3, 0.4], "gap@shuffled": [0.0, float("nan")],
+                                                    "every": [0.2, 0.3], "identity": 0.0})
+    frame = claims.seed_table(vs, [0, 1])
+    assert list(frame.columns) == ["seed 0", "seed 1"]
+    assert frame.loc[("gap", "control shuffled")].isna().tolist() == [False, True]
+    assert frame.loc[("every", "finding")].tolist() == [0.2, 0.3] and "identity" not in frame.index.get_level_values(0)
+    assert frame.equals(claims.seed_table([claims._jsonable(v.to_dict()) for v in vs], [0, 1]))
+    with pytest.raises(ValueError, match="3 seeds given"):
+        claims.seed_table(vs, [0, 1, 2])

@@ -243,7 +243,8 @@ def scorecard_markdown(results: Mapping[str, dict[str, Any] | str | None],
         lines.append("|---|---|---|---|---|---|---|---|---|---|")
         for c in _ordered(res["claims"]):
             lines.append(f"| `{c['id']}` | {_role(c)} | {c['paper_value']} | {fmt(c['value'])} "
-                         f"| {fmt_interval(c['interval'])} | {c.get('direction', '>=')} {c['threshold']:g} "
+                         f"| {fmt_interval(c['interval'], c.get('kind', 'statistical'))} "
+                         f"| {c.get('direction', '>=')} {c['threshold']:g} "
                          f"| {_verdict_cell(c['verdict'])} | {_controls_cell(c)} | {_discriminates_cell(c)} "
                          f"| {agreement(c, records.get(slug, ()))} |")
         lines.append("")

@@ -7,9 +7,12 @@ A :class:`Claim` states what the paper says, its own number, and a falsifiable n
   mean clears the threshold and the whole 95% interval does too; ``FAILS`` when the mean misses
   it and the whole interval does too; ``INCONCLUSIVE`` when the interval straddles it. The
   interval is Student-t on the seed mean, or a percentile bootstrap when a claim asks for it.
-- ``exact``: an identity, an agreement with a reference to a tolerance, a count that does not
-  depend on the seed, or a worst case over seeds (:func:`worst`): one value, ``HOLDS`` or
-  ``FAILS``, no interval. Copying one value across seeds to make an interval is refused.
+- ``exact``: an identity, an agreement with a reference to a tolerance, or a count that does not
+  depend on the seed: one value, ``HOLDS`` or ``FAILS``, no interval. Copying one value across seeds
+  to make an interval is refused.
+- ``every``: "in every seed": :func:`evaluate` takes the metric measured on every seed and judges
+  the seed closest to failing (:func:`worst`), ``HOLDS`` or ``FAILS``, no interval. The per-seed
+  values are stored, for the claim and for each control, so a page shows them and ``rejudge`` works.
 
 A claim also declares its **role**: a ``finding`` is a statement of the paper that could fail at
 this scale; a ``check`` is a consistency check, precondition, identity or agreement with a
@@ -31,7 +34,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "FAILS", "INCONCLUSIVE"
-KINDS = ("statistical", "exact")
+KINDS = ("statistical", "exact", "every")
 ROLES = ("finding", "check")
 CONTROL_SEP = "@"
 OUTPUT_ENV = "COMPANION_OUTPUT"
@@ -47,7 +50,7 @@ class Claim:
     threshold: float
     direction: Literal[">=", "<="] = ">="
     interval: Literal["t", "bootstrap"] = "t"
-    kind: Literal["statistical", "exact"] = "statistical"
+    kind: Literal["statistical", "exact", "every"] = "statistical"
     role: Literal["finding", "check"] = "finding"
     controls: tuple[str, ...] = ()
 
@@ -171,10 +174,22 @@ def _evaluate_exact(claim: Claim, measured: float | Iterable[float]) -> Verdict:
                    claim.direction, verdict, (), "exact", claim.role)
 
 
+def _evaluate_every(claim: Claim, per_seed: float | Iterable[float]) -> Verdict:
+    """The worst seed judged as an exact value; every seed's value is kept."""
+    if np.ndim(per_seed) == 0:
+        raise ValueError(f"claim {claim.id} is judged in every seed: give one value per seed")
+    values = tuple(float(v) for v in per_seed)
+    judged = _evaluate_exact(claim, worst(values, claim.direction))
+    return replace(judged, per_seed=values, kind="every")
+
+
 def evaluate(claim: Claim, per_seed: float | Iterable[float]) -> Verdict:
-    """Evaluate ``claim``: an exact claim on its one value, a statistical one on each seed's value."""
+    """Evaluate ``claim``: an exact claim on its one value, an ``every`` or statistical one on each
+    seed's value."""
     if claim.kind == "exact":
         return _evaluate_exact(claim, per_seed)
+    if claim.kind == "every":
+        return _evaluate_every(claim, per_seed)
     if np.ndim(per_seed) == 0:
         raise ValueError(f"claim {claim.id} is statistical: give one value per seed")
     values = tuple(float(v) for v in per_seed)
@@ -256,9 +271,12 @@ def fmt(x: float | None) -> str:
     return "nan" if x is None or np.isnan(x) else f"{x:.3g}"
 
 
-def fmt_interval(interval: Sequence[float | None] | None) -> str:
-    """``[lo, hi]`` to three significant digits; an exact claim (no interval) as ``exact``."""
-    return "exact" if interval is None else f"[{fmt(interval[0])}, {fmt(interval[1])}]"
+def fmt_interval(interval: Sequence[float | None] | None, kind: str = "exact") -> str:
+    """``[lo, hi]`` to three significant digits; a claim without an interval as ``exact``, or as
+    ``worst seed`` when it is judged in every seed."""
+    if interval is None:
+        return "worst seed" if kind == "every" else "exact"
+    return f"[{fmt(interval[0])}, {fmt(interval[1])}]"
 
 
 def _controls_text(controls: Iterable[Mapping[str, Any]]) -> str:
@@ -284,9 +302,9 @@ def _row(v: Mapping[str, Any]) -> dict[str, Any]:
         "statement": v["statement"],
         "paper": v["paper_value"],
         "ours": fmt(v["value"]),
-        "95% interval": fmt_interval(v["interval"]),
+        "95% interval": fmt_interval(v["interval"], v.get("kind", "statistical")),
         "test": f"{v['direction']} {v['threshold']:g}",
-        "seeds": len(v["per_seed"]) if v.get("kind", "statistical") == "statistical" else "–",
+        "seeds": len(v["per_seed"]) if v.get("kind", "statistical") != "exact" else "–",
         "verdict": v["verdict"],
     }
     if v.get("role", "finding") == "finding":
@@ -328,6 +346,28 @@ def table(verdicts: Sequence[Verdict | Mapping[str, Any]]) -> ClaimTables:
     return ClaimTables(frames["finding"], frames["check"])
 
 
+def seed_table(verdicts: Sequence[Verdict | Mapping[str, Any]], seeds: Sequence[int]) -> Any:
+    """Per-seed values of every finding judged on seeds (statistical or ``every``) and of each of its
+    controls, one row each, one column per seed (a pandas DataFrame)."""
+    import pandas as pd
+
+    rows: dict[tuple[str, str], list[float]] = {}
+    for v in (x.to_dict() if isinstance(x, Verdict) else x for x in verdicts):
+        if v.get("role", "finding") != "finding" or v.get("kind", "statistical") == "exact":
+            continue
+        rows[(v["id"], "finding")] = v["per_seed"]
+        rows.update({(v["id"], f"control {c['name']}"): c["per_seed"] for c in v.get("controls", [])})
+    if not rows:
+        return pd.DataFrame()
+    wrong = [f"{'@'.join(k)} has {len(x)}" for k, x in rows.items() if len(x) != len(seeds)]
+    if wrong:
+        raise ValueError(f"{len(seeds)} seeds given, but {', '.join(wrong)} values")
+    frame = pd.DataFrame({k: [np.nan if x is None else x for x in vals] for k, vals in rows.items()},
+                         index=[f"seed {s}" for s in seeds]).T
+    frame.index.names = ["claim", "values"]
+    return frame
+
+
 def format_table(claims: Sequence[Mapping[str, Any]]) -> str:
     """A plain-text verdict table from ``results.json`` claim records, for the terminal."""
     if not claims:
@@ -338,7 +378,7 @@ def format_table(claims: Sequence[Mapping[str, Any]]) -> str:
             c["id"],
             c.get("role", "finding"),
             fmt(c["value"]),
-            fmt_interval(c["interval"]),
+            fmt_interval(c["interval"], c.get("kind", "statistical")),
             f"{c.get('direction', '>=')} {c['threshold']:g}",
             c["verdict"],
             _controls_text(c.get("controls", [])) if c.get("role", "finding") == "finding" else "–",
