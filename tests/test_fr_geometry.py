@@ -266,6 +266,8 @@ def test_claim_values_cover_every_claim_and_control() -> None:
     assert {v.id for v in verdicts if v.role == "check"} == {"guard-auc", "guard-sensitivity"}
     assert values["aug-energy-up@no-augmentation"] == pytest.approx([0.01, 0.01])
     assert values["invariance-gap@untrained"] != values["invariance-gap"]
+    every = {v.id: v for v in verdicts}["invariance-gap-every"]
+    assert every.kind == "every" and every.value == min(every.per_seed) and len(every.controls[0].per_seed) == 2
     unmeasured = experiment.claim_values(experiment.Results(params, [], 0.0))
     assert set(unmeasured) == set(values) and all(np.isnan(np.ravel(v)).all() for v in unmeasured.values())
 
