@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, train_byte_lm
 from companion.models.topk_sae import TopKSAE, constrained_step
+from companion import claims
 from companion.params import ParamError
 from companion.papers import jsae
 from companion.papers.jsae import experiment as ex
@@ -244,7 +245,8 @@ def test_train_pair_is_deterministic_under_a_seed():
 
 
 @pytest.mark.parametrize("bad", [{"nope": 1}, {"k": 2.5}, {"k": 2}, {"jac_coef": -1.0},
-                                 {"hook_layer": 2}, {"d_mlp": 1024}, {"thresholds": (0.0,)}])
+                                 {"hook_layer": 2}, {"d_mlp": 1024}, {"thresholds": (0.0,)},
+                                 {"frontier_coef": 1.0}])
 def test_params_reject_bad_values(bad):
     with pytest.raises(ParamError):
         jsae.Params.resolve("quick", **bad)
@@ -323,18 +325,25 @@ def _pair(frac01: float, l1l2: float, dead: float = 0.0, ce: float = 0.9) -> ex.
     return ex.PairEval((frac01,) * 4, frac01, l1l2, 0.05, 0.03, dead, dead, ce)
 
 
-# per seed, (frac, l1l2) of: SAE, JSAE, twin SAE, random-LM JSAE, random-LM SAE, second random LM's JSAE and SAE
-CONDS = ("sae", "jsae", "sae-twin", "jsae-random", "sae-random", "jsae-random2", "sae-random2")
-ROWS = [((0.9, 0.76), (0.5, 0.63), (0.88, 0.75), (0.85, 0.60), (0.95, 0.70), (0.84, 0.61), (0.95, 0.70)),
-        ((0.9, 0.78), (0.52, 0.62), (0.91, 0.77), (0.86, 0.61), (0.93, 0.69), (0.85, 0.60), (0.94, 0.70)),
-        ((0.8, 0.70), (0.48, 0.64), (0.82, 0.72), (0.84, 0.59), (0.94, 0.71), (0.86, 0.60), (0.93, 0.70))]
+# per seed, (frac, l1l2) of: SAE, JSAE, twin SAE, second twin SAE, frontier JSAE (lambda = 3), random-LM JSAE,
+# random-LM SAE, second random LM's JSAE and SAE
+CONDS = ("sae", "jsae", "sae-twin", "sae-twin2", "jsae-hi", "jsae-random", "sae-random", "jsae-random2", "sae-random2")
+ROWS = [((0.9, 0.76), (0.5, 0.63), (0.88, 0.75), (0.89, 0.76), (0.3, 0.6), (0.85, 0.60), (0.95, 0.70), (0.84, 0.61),
+         (0.95, 0.70)),
+        ((0.9, 0.78), (0.52, 0.62), (0.91, 0.77), (0.9, 0.78), (0.31, 0.6), (0.86, 0.61), (0.93, 0.69), (0.85, 0.60),
+         (0.94, 0.70)),
+        ((0.8, 0.70), (0.48, 0.64), (0.82, 0.72), (0.80, 0.71), (0.28, 0.6), (0.84, 0.59), (0.94, 0.71), (0.86, 0.60),
+         (0.93, 0.70))]
+CE = {"sae": 0.97, "jsae": 0.95, "sae-twin": 0.965, "sae-twin2": 0.972, "jsae-hi": 0.90}  # per condition, every seed
 
 
-def _results(rows: list) -> ex.Results:
-    """Results whose per-seed pairs carry the given (frac, l1l2) of every condition."""
+def _results(rows: list, ce: dict | None = None) -> ex.Results:
+    """Results whose per-seed pairs carry the given (frac, l1l2) of every condition and CE-loss scores ``ce``."""
+    ce = CE if ce is None else ce
     res = ex.Results(jsae.Params.resolve("quick"), 2.6, 300, {"clean": 2.6, "zero_in": 2.8, "zero_out": 2.8})
     for row in rows:
-        res.per_seed.append({c: _pair(f, l, {"sae": 0.3, "jsae": 0.5}.get(c, 0.0)) for c, (f, l) in zip(CONDS, row)})
+        res.per_seed.append({c: _pair(f, l, {"sae": 0.3, "jsae": 0.5}.get(c, 0.0), ce.get(c, float("nan")))
+                             for c, (f, l) in zip(CONDS, row)})
     res.exact_err, res.speedup = [1e-7, 3e-7, 2e-7], [400.0, 500.0, 450.0]
     return res
 
@@ -361,16 +370,56 @@ def test_claims_read_the_conditions_controls_and_every_seed_rows_take_the_worst_
     assert paired.controls[0].name == "random2" and paired.controls[0].verdict == "FAILS"
     np.testing.assert_allclose(v["drop-vs-random-l1l2"].per_seed, [0.03, 0.08, -0.06], atol=1e-12)
     np.testing.assert_allclose(v["drop-vs-random-l1l2"].controls[0].per_seed, [0.01, -0.02, 0.02], atol=1e-12)
-    every = v["jac-sparser-every"]
-    assert every.kind == "exact" and every.interval is None and every.value == pytest.approx(0.48 / 0.8)
-    assert every.controls[0].value == pytest.approx(0.82 / 0.8)  # the worst seed of the control too
+    every = v["jac-sparser-every"]  # judged on the worst seed, every seed's value kept, the control's too
+    assert every.kind == "every" and every.interval is None and every.value == pytest.approx(0.48 / 0.8)
+    np.testing.assert_allclose(every.per_seed, [0.5 / 0.9, 0.52 / 0.9, 0.48 / 0.8], atol=1e-12)
+    np.testing.assert_allclose(every.controls[0].per_seed, twin.per_seed, atol=1e-12)
+    assert every.controls[0].value == pytest.approx(0.82 / 0.8) and every.controls[0].verdict == "FAILS"
     assert v["l1l2-sparser-every"].value == pytest.approx(min(0.76 - 0.63, 0.78 - 0.62, 0.70 - 0.64))
-    assert v["jac-exact"].value == 3e-7 and "jac-speedup" not in v
+    assert v["l1l2-sparser-every"].kind == "every" and len(v["l1l2-sparser-every"].controls[0].per_seed) == 3
+    assert v["jac-exact"].value == 3e-7 and v["jac-exact"].per_seed == (1e-7, 3e-7, 2e-7)
+    assert "jac-speedup" not in v
     assert {c.id for c in jsae.CLAIMS if c.role == "check"} == {"ce-kept", "ce-jsae", "fvu-jsae", "jac-exact"}
+    assert all(c.kind != "exact" for c in jsae.CLAIMS)  # every worst-seed row keeps its seeds
     m = ex.metrics(_results(ROWS))
     assert m["jsae.dead_out"] == 0.5 and m["sae.dead_in"] == 0.3 and m["jsae-random.dead_in"] == 0.0
-    table = ex.seed_table(list(v.values()), [0, 1, 2])
+    table = claims.seed_table(list(v.values()), [0, 1, 2])
     assert table.loc[("drop-vs-random", "control random2")].tolist() == pytest.approx([-0.01, -0.02, 0.03])
+    assert table.loc[("jac-sparser-every", "control sae-twin")].tolist() == pytest.approx(list(twin.per_seed))
+
+
+def test_frontier_is_the_smallest_fall_and_its_lambda0_control_can_hold():
+    """The frontier row takes, per seed, the smallest of the four successive falls (frac and CE along lambda = 0, 1,
+    3); three lambda = 0 pairs in the same order are its control, which holds when the seeds alone order them."""
+    v = {x.id: x for x in jsae.check(_results(ROWS))}
+    front = v["frontier"]  # CE falls 0.02 then 0.05; frac falls at least 0.17 per step
+    np.testing.assert_allclose(front.per_seed, [0.02, 0.02, 0.02], atol=1e-12)
+    lam0 = front.controls[0]  # sae -> twin -> twin2: CE 0.97 -> 0.965 -> 0.972 rises at the second step
+    np.testing.assert_allclose(lam0.per_seed, [-0.01, -0.01, -0.02], atol=1e-12)
+    assert front.verdict == "HOLDS" and lam0.verdict == "FAILS" and front.discriminates
+    ordered = {**CE, "sae-twin2": 0.96}
+    rows = [list(r) for r in ROWS]
+    for r in rows:  # the twins ordered like the penalised pairs: each below the last on both metrics
+        r[2], r[3] = (r[0][0] - 0.01, r[2][1]), (r[0][0] - 0.02, r[3][1])
+    v = {x.id: x for x in jsae.check(_results(rows, ordered))}
+    assert v["frontier"].controls[0].verdict == "HOLDS" and not v["frontier"].discriminates
+    v = {x.id: x for x in jsae.check(_results(ROWS, {**CE, "jsae": 0.98}))}  # CE rises at lambda = 1
+    assert v["frontier"].verdict == "FAILS" and v["frontier"].value == pytest.approx(-0.01)
+    assert np.isnan(ex.frontier_falls([np.array([0.9]), np.array([0.5]), np.array([0.3])],
+                                      [np.array([0.9]), np.array([np.nan]), np.array([0.8])])[0])
+
+
+def test_conditions_carry_their_seed_offsets():
+    p = jsae.Params.resolve("quick")
+    assert ex.random_conditions(p) == [("jsae-random", 1.0, ex.RANDOM_LM_SEED), ("sae-random", 0.0, ex.RANDOM_LM_SEED),
+                                       ("jsae-random2", 1.0, ex.RANDOM_LM2_SEED), ("sae-random2", 0.0, ex.RANDOM_LM2_SEED)]
+    trained = {name: (lam, off) for name, lam, off in ex.trained_conditions(p)}
+    assert trained == {"sae": (0.0, 0), "jsae": (1.0, 0), "sae-twin": (0.0, ex.TWIN_SEED),
+                       "jsae-hi": (3.0, 0), "sae-twin2": (0.0, ex.TWIN2_SEED)}
+    assert set(ex.CONDITIONS) == set(trained) | {name for name, _, _ in ex.random_conditions(p)}
+    from companion.papers.jsae import plots
+
+    assert set(plots.LABELS) == set(ex.CONDITIONS)
 
 
 def test_the_twin_and_second_random_controls_can_hold():
@@ -384,7 +433,7 @@ def test_the_twin_and_second_random_controls_can_hold():
     assert v["penalty-drop"].controls[1].verdict == "HOLDS" and not v["penalty-drop"].discriminates
     rows = [list(r) for r in ROWS]
     for r in rows:
-        r[3] = (r[4][0] - 0.4, r[3][1])  # the first random LM's penalty removes as much as the trained LM's
+        r[5] = (r[6][0] - 0.4, r[5][1])  # the first random LM's penalty removes as much as the trained LM's
     v = {x.id: x for x in jsae.check(_results(rows))}
     assert v["drop-vs-random"].controls[0].verdict == "HOLDS" and not v["drop-vs-random"].discriminates
 

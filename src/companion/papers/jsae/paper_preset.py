@@ -123,8 +123,8 @@ def reinitialised(model: GPTNeoXForCausalLM, seed: int) -> GPTNeoXForCausalLM:
 
 
 def run_paper(params: Params) -> Results:
-    """Trained checkpoint: per seed an SAE pair, a JSAE and a twin SAE pair; two re-initialised copies: a JSAE and
-    a pair on each; the sweep."""
+    """Trained checkpoint: per seed the pairs of :func:`.experiment.trained_conditions` (SAE pair, JSAE, twin SAE
+    pair, frontier JSAE, second twin); two re-initialised copies: a JSAE and a pair on each; the sweep."""
     from companion.papers.jsae import experiment as jsae
 
     if params.smoke:
@@ -145,28 +145,24 @@ def run_paper(params: Params) -> Results:
 
     keys, out = [], []
     for seed in params.seed_list():
-        for name, lam in (("sae", 0.0), ("jsae", params.jac_coef)):
+        for name, lam, offset in jsae.trained_conditions(params):
             keys.append((name, seed, lam))
-            out.append(jsae.fit_job(acts, params, seed, lam, ce, base, keep_jac=seed == params.seed,
+            out.append(jsae.fit_job(acts, params, offset + seed, lam, ce, base,
+                                    keep_jac=seed == params.seed and name in ("sae", "jsae"),
                                     check=name == "jsae", full_map=False))
-        keys.append((jsae.TWIN, seed, 0.0))
-        out.append(jsae.fit_job(acts, params, jsae.TWIN_SEED + seed, 0.0, None, base))
     for lam in params.sweep_coefs:
         keys.append(("sweep", params.seed, lam))
         out.append(jsae.fit_job(acts, params, params.seed, lam, ce, base))
     conds = jsae.random_conditions(params)
-    for seed, lm_seed, suffix in [(s, o, f) for o, f in ((jsae.RANDOM_LM_SEED, "-random"),
-                                                         (jsae.RANDOM_LM2_SEED, "-random2"))
-                                  for s in params.seed_list()]:
-        todo = [(name, lam) for name, lam in conds if name.endswith(suffix)]
-        if not todo:
-            continue
-        rand = reinitialised(model, lm_seed + seed)
-        r_acts = jsae.collect(rand, params.hook_layer, train_w, eval_w, params.normalize_acts, act)
-        for name, lam in todo:
-            keys.append((name, seed, lam))
-            out.append(jsae.fit_job(r_acts, params, seed, lam, None, {}))
-        del rand, r_acts
+    for lm_offset in dict.fromkeys(offset for _, _, offset in conds):  # each random LM, in order
+        for seed in params.seed_list():
+            rand = reinitialised(model, lm_offset + seed)
+            r_acts = jsae.collect(rand, params.hook_layer, train_w, eval_w, params.normalize_acts, act)
+            for name, lam, offset in conds:
+                if offset == lm_offset:
+                    keys.append((name, seed, lam))
+                    out.append(jsae.fit_job(r_acts, params, seed, lam, None, {}))
+            del rand, r_acts
     n_lm = sum(p.numel() for p in model.parameters())
     source = (f"local GPT-NeoX checkpoint at model_path ({n_lm / 1e6:.1f} M parameters, "
               f"{model.config.num_hidden_layers} layers, d = {model.config.hidden_size}, "

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from companion.papers.jsae import HI, TWIN, TWIN2
 from companion.papers.jsae.experiment import CLAIM_TAU, Results, _per
 from companion.plotting import figure
 
 # --- figures -----------------------------------------------------------------------------------
 
-LABELS = {"sae": "SAE, trained LM", "jsae": "JSAE, trained LM", "sae-twin": "SAE twin, trained LM",
+LABELS = {"sae": "SAE, trained LM", "jsae": "JSAE, trained LM", TWIN: "SAE twin, trained LM",
+          TWIN2: "SAE twin 2, trained LM", HI: "JSAE at frontier_coef, trained LM",
           "jsae-random": "JSAE, random LM", "sae-random": "SAE, random LM", "jsae-random2": "JSAE, random LM 2",
           "sae-random2": "SAE, random LM 2"}
 
@@ -65,15 +67,21 @@ def plot_example_jacobians(results: Results) -> Figure:
 
 
 def plot_tradeoff(results: Results) -> Figure:
-    """CE-loss score (x) vs fraction |J| > 0.01 (y) for every trained-LM pair, labelled by lambda."""
+    """CE-loss score (x) vs fraction |J| > 0.01 (y): every seed's pairs at lambda = 0, jac_coef and frontier_coef
+    (the frontier finding) and the sweep's pairs, coloured by lambda; the two twin pairs (lambda = 0, the
+    frontier's control) as crosses."""
     fig, (ax,) = figure(1, 1, 4.5, 3.0)
-    points = [(0.0, row["sae"]) for row in results.per_seed]
-    points += [(results.params.jac_coef, row["jsae"]) for row in results.per_seed]
+    p = results.params
+    points = [(lam, row[c]) for row in results.per_seed for c, lam in (("sae", 0.0), ("jsae", p.jac_coef),
+                                                                       (HI, p.frontier_coef)) if c in row]
     points += results.sweep
     for lam in sorted({lam for lam, _ in points}):
         sel = [ev for l_, ev in points if l_ == lam]
         ax.scatter([e.ce for e in sel], [e.frac01 for e in sel], label=f"lambda = {lam:g}")
+    twins = [row[c] for row in results.per_seed for c in (TWIN, TWIN2) if c in row]
+    ax.scatter([e.ce for e in twins], [e.frac01 for e in twins], marker="x", color="k",
+               label="lambda = 0, twin pairs (control)")
     ax.set(xlabel="CE-loss score (1 = perfect splice)", ylabel="fraction |J| > 0.01",
            title="sparsity / fidelity trade-off")
-    ax.legend()
+    ax.legend(fontsize=6)
     return fig
