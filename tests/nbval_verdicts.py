@@ -3,8 +3,9 @@
 nbval compares a page's verdict lines (``claim-id: VERDICT``) with the stored ones and, when they
 differ, shows a text diff. This plugin adds, for each claim whose verdict moved, the stored record's
 value, interval and bar, and what this machine is, so that a reader sees at once which claim sits
-where, and whether the machine is one the numerics profile covers (``make test`` loads it with
-``-p tests.nbval_verdicts``).
+where, which CPU stored the record and which this machine is, and which kernel probes
+(:mod:`companion.fingerprint`) give other bits here than on the machines stored in the repository
+(``make test`` loads it with ``-p tests.nbval_verdicts``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def explain(slug: str, stored: dict[str, str], now: dict[str, str], record: dict
             interval = c.get("interval")
             span = f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval and None not in interval else ""
             value = "nan" if c.get("value") is None else f"{c['value']:.3g}"
-            where = f" (stored value {value}{span}, test {c['direction']} {c['threshold']:g})"
+            cpu = (record or {}).get("provenance", {}).get("cpu", "an unrecorded CPU")
+            where = f" (stored on {cpu}: value {value}{span}, test {c['direction']} {c['threshold']:g})"
         out.append(f"{slug}: {claim}: stored {stored.get(claim, 'absent')}{where}, here {now.get(claim, 'absent')}")
     return out
 
@@ -70,8 +72,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         report.sections.append(("verdicts that moved", "\n".join([*moved, _machine()])))
 
 
+def _kernels(root: Path) -> str:
+    """Which kernel probes give other bits here than on the stored machines (``companion numerics``)."""
+    from companion import fingerprint
+
+    try:
+        return fingerprint.report(fingerprint.machine(), fingerprint.load(root / fingerprint.STORE))
+    except Exception as err:  # a diagnosis must not hide the verdicts above it
+        return f"kernel fingerprints not computed: {err!r}"
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if MOVED:
         terminalreporter.section("verdicts that moved on this machine")
-        for line in [*MOVED, _machine()]:
+        for line in [*MOVED, _machine(), _kernels(Path(__file__).resolve().parent.parent)]:
             terminalreporter.line(line)

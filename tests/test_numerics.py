@@ -75,7 +75,8 @@ def test_the_runner_records_the_profile_and_it_joins_the_cache_key(monkeypatch):
 def test_a_moved_verdict_is_named_with_its_stored_margin():
     from tests.nbval_verdicts import explain
 
-    record = {"claims": [{"id": "gap", "value": 0.247, "interval": [0.11, 0.38], "direction": ">=", "threshold": 0.1},
+    record = {"provenance": {"cpu": "AMD EPYC"}, "claims": [{"id": "gap", "value": 0.247, "interval": [0.11, 0.38], "direction": ">=", "threshold": 0.1},
                          {"id": "other", "value": 1.0, "interval": None, "direction": "<=", "threshold": 2}]}
     lines = explain("fr-geometry", {"gap": "HOLDS", "other": "HOLDS"}, {"gap": "INCONCLUSIVE", "other": "HOLDS"}, record)
-    assert lines == ["fr-geometry: gap: stored HOLDS (stored value 0.247 [0.11, 0.38], test >= 0.1), here INCONCLUSIVE"]
+    assert lines == ["fr-geometry: gap: stored HOLDS (stored on AMD EPYC: value 0.247 [0.11, 0.38], test >= 0.1), "
+                     "here INCONCLUSIVE"]

@@ -384,6 +384,21 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_numerics(args: argparse.Namespace) -> int:
+    """Which numerical kernels give other bits here than on the machines stored in the repository."""
+    from companion import fingerprint
+
+    if args.threads < 1:
+        raise ParamError(f"--threads: {args.threads}; allowed: an integer >= 1")
+    path = registry.project_root() / fingerprint.STORE
+    here = fingerprint.machine(args.threads)
+    print(fingerprint.report(here, fingerprint.load(path)))
+    if args.store:
+        fingerprint.store(here, path)
+        print(f"stored this machine's fingerprints in {path.relative_to(registry.project_root())}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``companion`` command."""
     parser = _Parser(prog="companion", description=__doc__.splitlines()[0])
@@ -411,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--quiet", action="store_true", help="no progress display")
     _cluster_options(verify, threads=False)
     verify.set_defaults(func=cmd_verify)
+    numerics_ = sub.add_parser("numerics", help="kernel fingerprints: which kernels give other bits here than on "
+                               "the machines stored in data/numerics/ (cross-CPU reproducibility)")
+    numerics_.add_argument("--store", action="store_true", help="add this machine's fingerprints to the store")
+    numerics_.add_argument("--threads", type=int, default=2, help="torch threads (the records use 2)")
+    numerics_.set_defaults(func=cmd_numerics)
     open_ = sub.add_parser("open", help="copy a page into scratch/ for editing in Jupyter")
     open_.add_argument("slug", help="paper slug (see `companion list`)")
     open_.add_argument("--dir", help="the scratch folder (default: scratch/ in the project)")

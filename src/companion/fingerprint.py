@@ -1,0 +1,176 @@
+"""Fingerprints of the numerical kernels the papers run, to name the ones whose bits differ between machines.
+
+Under the numerics profile some records stored on one x86-64 CPU train differently on another (an AMD EPYC
+against an Intel Xeon: fr-geometry and actor move, adversarial-curation and win-rate do not), and which kernel
+gives the other bits is not known. Each probe here runs one kernel family (a matrix product of a given shape
+through MKL, a convolution and its gradients through oneDNN, torch's vectorised elementwise and reduction
+kernels, numpy's SIMD loops and OpenBLAS, LAPACK) on fixed inputs drawn from numpy's PCG64 (the same bits on
+every machine) and hashes the output's bytes. ``companion numerics`` prints this machine's fingerprints beside
+those stored for other machines in ``data/numerics/fingerprints.json`` and names the probes that differ;
+``--store`` adds this machine's. Hand-written: no library fingerprints kernel outputs across machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from companion import numerics
+
+STORE = Path("data") / "numerics" / "fingerprints.json"
+LIBRARIES = ("torch", "numpy", "scipy")
+Probe = Callable[[], Any]
+
+
+def _inputs(*shape: int, seed: int = 0) -> np.ndarray:
+    """Fixed float32 inputs: PCG64 gives the same bits on every machine."""
+    return np.random.default_rng(seed + 7 * len(shape)).standard_normal(shape).astype(np.float32)
+
+
+def _t(*shape: int, seed: int = 0) -> Any:
+    import torch
+
+    return torch.from_numpy(_inputs(*shape, seed=seed))
+
+
+def _conv_grads() -> Any:
+    import torch
+
+    x, w = _t(4, 8, 16, 16).requires_grad_(), _t(16, 8, 3, 3, seed=1).requires_grad_()
+    torch.nn.functional.conv2d(x, w, padding=1).square().sum().backward()
+    return torch.cat([x.grad.ravel(), w.grad.ravel()])
+
+
+def _adam_steps() -> Any:
+    import torch
+
+    model = torch.nn.Linear(64, 32)
+    with torch.no_grad():
+        model.weight.copy_(_t(32, 64, seed=2))
+        model.bias.zero_()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = _t(128, 64, seed=3)
+    for _ in range(5):
+        opt.zero_grad()
+        torch.tanh(model(x)).square().mean().backward()
+        opt.step()
+    return model.weight.detach()
+
+
+def _torch_probes() -> dict[str, Probe]:
+    import torch
+    import torch.nn.functional as F
+
+    return {
+        "torch.mm 37x53x29 (MKL sgemm, small)": lambda: _t(37, 53) @ _t(53, 29, seed=1),
+        "torch.mm 256x512x384 (MKL sgemm)": lambda: _t(256, 512) @ _t(512, 384, seed=1),
+        "F.linear 64x300->200 (addmm)": lambda: F.linear(_t(64, 300), _t(200, 300, seed=1), _t(200, seed=2)),
+        "torch.bmm 8x33x47x21": lambda: torch.bmm(_t(8, 33, 47), _t(8, 47, 21, seed=1)),
+        "conv2d forward (oneDNN)": lambda: F.conv2d(_t(4, 8, 16, 16), _t(16, 8, 3, 3, seed=1), padding=1),
+        "conv2d backward (oneDNN)": _conv_grads,
+        "softmax 128x1000": lambda: torch.softmax(_t(128, 1000), -1),
+        "log_softmax 128x1000": lambda: torch.log_softmax(_t(128, 1000), -1),
+        "exp": lambda: torch.exp(_t(100_000)),
+        "tanh": lambda: torch.tanh(_t(100_000)),
+        "log": lambda: torch.log(_t(100_000).abs() + 1e-3),
+        "gelu (erf)": lambda: F.gelu(_t(100_000)),
+        "gelu (tanh)": lambda: F.gelu(_t(100_000), approximate="tanh"),
+        "layer_norm 64x384": lambda: F.layer_norm(_t(64, 384), (384,)),
+        "sum 1e6": lambda: _t(1_000_000).sum(),
+        "cdist 200x64 300x64": lambda: torch.cdist(_t(200, 64), _t(300, 64, seed=1)),
+        "scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(
+            _t(2, 4, 64, 32), _t(2, 4, 64, 32, seed=1), _t(2, 4, 64, 32, seed=2), is_causal=True),
+        "torch.randn (CPU generator)": lambda: torch.randn(10_000, generator=torch.Generator().manual_seed(0)),
+        "Adam, 5 steps": _adam_steps,
+        "torch.linalg.eigh 64 (MKL LAPACK)": lambda: torch.linalg.eigvalsh(_sym(64)),
+    }
+
+
+def _sym(n: int) -> Any:
+    a = _t(n, n)
+    return a @ a.T
+
+
+def _numpy_probes() -> dict[str, Probe]:
+    import scipy.linalg
+
+    x64 = lambda n, seed=0: _inputs(n, seed=seed).astype(np.float64)  # noqa: E731
+    return {
+        "numpy matmul f32 (OpenBLAS)": lambda: _inputs(200, 300) @ _inputs(300, 100, seed=1),
+        "numpy matmul f64 (OpenBLAS)": lambda: _inputs(200, 300).astype(np.float64) @ _inputs(300, 100, seed=1),
+        "numpy exp f32": lambda: np.exp(_inputs(100_000)),
+        "numpy exp f64": lambda: np.exp(x64(100_000)),
+        "numpy tanh f32": lambda: np.tanh(_inputs(100_000)),
+        "numpy log f64": lambda: np.log(np.abs(x64(100_000)) + 1e-3),
+        "numpy sin f32": lambda: np.sin(_inputs(100_000)),
+        "numpy sum f32": lambda: _inputs(1_000_000).sum(),
+        "numpy sort f32": lambda: np.sort(_inputs(100_000)),
+        "numpy linalg.eigh f64 (LAPACK)": lambda: np.linalg.eigvalsh(np.cov(_inputs(50, 200).astype(np.float64))),
+        "scipy linalg.solve f64": lambda: scipy.linalg.solve(np.cov(_inputs(60, 200).astype(np.float64)),
+                                                             x64(60, seed=1)),
+    }
+
+
+def digest(value: Any) -> str:
+    """The first 16 hex digits of the SHA-256 of an array's bytes (a torch tensor is read as numpy)."""
+    array = value.detach().numpy() if hasattr(value, "detach") else np.asarray(value)
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:16]
+
+
+def fingerprints(threads: int = 2) -> dict[str, str]:
+    """Every probe's digest on this machine, torch at ``threads`` intra-op threads (the records' count)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    return {name: digest(probe()) for name, probe in {**_torch_probes(), **_numpy_probes()}.items()}
+
+
+def machine(threads: int = 2) -> dict[str, Any]:
+    """This machine as a fingerprint entry: CPU, profile, threads, library versions and the digests."""
+    return {"cpu": numerics.cpu_model(), "arch": platform.machine(), "profile": numerics.active(),
+            "threads": threads, "versions": {lib: metadata.version(lib) for lib in LIBRARIES},
+            "fingerprints": fingerprints(threads)}
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    """The stored machines' entries (none when the file does not exist)."""
+    return json.loads(path.read_text())["machines"] if path.exists() else []
+
+
+def store(entry: dict[str, Any], path: Path) -> None:
+    """Add (or replace) ``entry`` for its CPU, profile, threads and versions in the store at ``path``."""
+    same = ("cpu", "profile", "threads", "versions")
+    kept = [m for m in load(path) if any(m[k] != entry[k] for k in same)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"machines": [*kept, entry]}, indent=1, sort_keys=True) + "\n")
+
+
+def differing(here: dict[str, Any], there: dict[str, Any]) -> list[str] | None:
+    """The probes whose digests differ between two entries; None when they are not comparable
+    (other library versions, thread count or profile)."""
+    if any(here[k] != there[k] for k in ("profile", "threads", "versions")):
+        return None
+    return [name for name, d in here["fingerprints"].items() if there["fingerprints"].get(name) != d]
+
+
+def report(here: dict[str, Any], stored: list[dict[str, Any]]) -> str:
+    """Plain text: for each stored machine, the probes that give other bits here (or why not compared)."""
+    lines = [f"this machine: {here['cpu']} ({here['arch']}), {here['threads']} threads, "
+             f"profile {'on' if here['profile'] else 'off'}, {len(here['fingerprints'])} probes"]
+    for other in stored:
+        diff = differing(here, other)
+        if diff is None:
+            lines.append(f"- {other['cpu']}: not comparable (other versions, threads or profile)")
+        elif not diff:
+            lines.append(f"- {other['cpu']}: every probe gives the same bits")
+        else:
+            lines.append(f"- {other['cpu']}: {len(diff)} probes differ: {'; '.join(diff)}")
+    if not stored:
+        lines.append("- no machine stored yet (companion numerics --store)")
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from companion import fingerprint, numerics
+
+
+def test_digest_reads_the_bits_of_an_array_and_of_a_tensor():
+    import torch
+
+    x = np.linspace(0, 1, 7, dtype=np.float32)
+    assert fingerprint.digest(x) == fingerprint.digest(torch.from_numpy(x.copy()))
+    assert fingerprint.digest(x) != fingerprint.digest(np.nextafter(x, 2, dtype=np.float32))
+    assert fingerprint.digest(x) != fingerprint.digest(x.astype(np.float64))
+
+
+def test_the_probe_inputs_are_fixed_bits():
+    assert fingerprint.digest(fingerprint._inputs(3, 4)) == fingerprint.digest(fingerprint._inputs(3, 4))
+    assert fingerprint.digest(fingerprint._inputs(3, 4)) != fingerprint.digest(fingerprint._inputs(3, 4, seed=1))
+
+
+def test_store_keeps_one_entry_per_machine_setting_and_compares_only_like_with_like(tmp_path):
+    path = tmp_path / "numerics" / "fingerprints.json"
+    entry = {"cpu": "A", "arch": "x86_64", "profile": {"P": "1"}, "threads": 2, "versions": {"torch": "1"},
+             "fingerprints": {"mm": "aa", "conv": "bb"}}
+    fingerprint.store(entry, path)
+    fingerprint.store({**entry, "fingerprints": {"mm": "aa", "conv": "cc"}}, path)
+    fingerprint.store({**entry, "cpu": "B"}, path)
+    stored = fingerprint.load(path)
+    assert [m["cpu"] for m in stored] == ["A", "B"] and stored[0]["fingerprints"]["conv"] == "cc"
+    assert fingerprint.differing(entry, stored[0]) == ["conv"] and fingerprint.differing(entry, stored[1]) == []
+    assert fingerprint.differing(entry, {**stored[1], "threads": 1}) is None
+    text = fingerprint.report(entry, stored)
+    assert "A: 1 probes differ: conv" in text and "B: every probe gives the same bits" in text
+    assert json.loads(path.read_text())["machines"] == stored
+
+
+@pytest.mark.skipif(not numerics.applies(), reason="the profile applies on x86-64 only")
+def test_the_probes_see_a_changed_code_path():
+    """ATen's scalar kernels give other digests than the avx2 ones the profile pins, and a rerun the same:
+    the probes tell code paths apart, so a stored match is evidence, not a constant."""
+    names = ["softmax 128x1000", "log_softmax 128x1000", "gelu (tanh)"]
+    script = ("import json, sys; from companion import fingerprint; probes = fingerprint._torch_probes(); "
+              "print(json.dumps([fingerprint.digest(probes[n]()) for n in sys.argv[1:]]))")
+
+    def digests(**env: str) -> list[str]:
+        run = subprocess.run([sys.executable, "-c", script, *names], capture_output=True, text=True, check=True,
+                             env={**numerics.profile_for({}), "PATH": "", **env})
+        return json.loads(run.stdout)
+
+    base = digests()
+    assert digests() == base
+    assert digests(ATEN_CPU_CAPABILITY="default") != base
+
+
+def test_the_stored_fingerprints_name_their_machine_and_every_probe():
+    names = set(fingerprint._torch_probes()) | set(fingerprint._numpy_probes())
+    from companion.registry import project_root
+
+    stored = fingerprint.load(project_root() / fingerprint.STORE)
+    assert stored, "no machine's fingerprints are stored (companion numerics --store)"
+    for m in stored:
+        assert set(m["fingerprints"]) == names and m["cpu"] and m["threads"] >= 1
