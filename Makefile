@@ -96,6 +96,7 @@ unit: install ## the fast tests only (library, CLI validation): for iteration
 	$(BIN)/python -m pytest -m "not slow and not browser" tests
 
 test: install ## every test: unit, CLI and runner, nbval over notebooks/, book build, the site in Chromium
+	$(BIN)/companion numerics
 	$(BIN)/python -m pytest -m "not browser" tests
 	$(BIN)/python -m companion.numerics $(BIN)/python -m pytest -p tests.nbval_verdicts --nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider --durations=20 notebooks
 	$(BIN)/python -m companion.book build
