@@ -193,7 +193,7 @@ def test_actor_queries_are_response_free(small):
     q, sign, group = toy.actor_queries(model, data.train)
     sizes = [len(data.train[k]) for k in ("harmful", "pseudo", "benign")]
     assert torch.bincount(group).tolist() == sizes and torch.equal(sign, torch.where(group == 0, 1.0, -1.0))
-    _, _, desired = toy.training_queries(data.train)
+    desired = toy.sft_batch(data.train)
     assert torch.equal(q.ids[:, :lang.PROMPT_LEN], desired.input_ids[:, :lang.PROMPT_LEN])
     with torch.no_grad():  # the continuation is the model's own greedy choice, token by token
         nxt = model(input_ids=q.ids[:, :-1], use_cache=False).logits.argmax(-1)[:, lang.PROMPT_LEN - 1:]
@@ -241,6 +241,35 @@ def test_params_refused():
         paper.Params.resolve("paper", model_path="/nonexistent/llm")
     with pytest.raises(ParamError, match="pseudo_refusal_min"):
         paper.Params.resolve("quick", pseudo_refusal_in_base=0.8, pseudo_refusal_min=0.9)
+    with pytest.raises(ParamError, match="alpha_sweep"):  # the paper preset trains one model at alpha
+        paper.Params.resolve("paper", alpha_sweep=(0.5,), model_path="/nonexistent", data_path="/nonexistent")
+
+
+def test_group_means_once_equal_the_per_query_computation():
+    """The uniform shift's per-group mean, computed once per group, is the old per-query computation."""
+    g = torch.Generator().manual_seed(5)
+    r = torch.nn.functional.normalize(torch.randn(8, generator=g), dim=0)
+    a, mu = torch.randn(11, 8, generator=g), torch.randn(8, generator=g)
+    sign = torch.tensor([1.0] * 4 + [-1.0] * 7)
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2])[torch.randperm(11, generator=g)]
+    c = direction.coefficient(a, r, mu)
+    old = a + (sign * torch.stack([c[groups == k].mean() for k in groups.tolist()]))[:, None] * r
+    torch.testing.assert_close(direction.targets(a, r, sign, 1.0, mu, groups), old, rtol=0, atol=0)
+
+
+def test_random_direction_keeps_the_sizes_and_moves_off_r():
+    """The random-direction control shifts each query by the same size c_q as ACTOR, along a fixed unit vector:
+    its projection on r^ moves only by c_q (u . r^), and the vector depends on the seed alone."""
+    g = torch.Generator().manual_seed(6)
+    r = torch.nn.functional.normalize(torch.randn(32, generator=g), dim=0)
+    a = torch.randn(9, 32, generator=g)
+    sign = torch.tensor([1.0] * 3 + [-1.0] * 6)
+    u = direction.random_unit(32, [3, 7])
+    assert abs(float(u.norm()) - 1) < 1e-6 and torch.equal(u, direction.random_unit(32, [3, 7]))
+    assert not torch.equal(u, direction.random_unit(32, [4, 7]))
+    t, t_r = direction.targets(a, r, sign, 1.0, along=u), direction.targets(a, r, sign, 1.0)
+    torch.testing.assert_close((t - a).norm(dim=1), (t_r - a).norm(dim=1))
+    torch.testing.assert_close((t - a) @ r, sign * (a @ r) * float(u @ r))
 
 
 def test_refusal_judge_and_jsonl(tmp_path):
@@ -335,3 +364,6 @@ def test_fp32_block_keeps_a_small_adam_update_that_bf16_rounds_away(tiny_llm_and
     with torch.no_grad():
         out = kept(input_ids=train.ids, attention_mask=train.mask.long()).logits
     assert out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())
+    # ACTOR's stop hook reads block l*'s own float32 output, before fp32_block casts it back to bf16
+    h = layer_output(kept, 1, train.ids, train.mask)
+    assert h.dtype == torch.float32

@@ -57,7 +57,8 @@ def layer_output(model: nn.Module, layer: int, ids: Tensor, mask: Tensor | None 
     def stop(_module: nn.Module, _inputs: tuple, out: Tensor | tuple) -> None:
         raise _Stop(_hidden(out))
 
-    handle = decoder_blocks(model)[layer].register_forward_hook(stop)
+    # prepend: read the block's own output, before any later hook (fp32_block's cast back to bf16) rounds it
+    handle = decoder_blocks(model)[layer].register_forward_hook(stop, prepend=True)
     try:
         model(input_ids=ids, attention_mask=None if mask is None else mask.long(), use_cache=False)
     except _Stop as s:
@@ -124,9 +125,11 @@ def fp32_block(model: nn.Module, layer: int) -> None:
 
 def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign: Queries, train: Queries,
           sign: Tensor, alpha: float, beta: float, origin: str, epochs: int, steps: int, lr: float,
-          groups: Tensor | None = None) -> float:
+          groups: Tensor | None = None, along: Tensor | None = None) -> float:
     """Fine-tune block ``layer`` of ``model`` in place with the projection-calibrated loss (+ retain term);
-    return the seconds taken."""
+    return the seconds taken. ``groups``: one shift size per group (the uniform baseline); ``along``: shift
+    along this fixed unit vector instead of the re-estimated r^, by the same per-query sizes (the
+    random-direction control)."""
     if origin not in direction.ORIGINS:
         raise ValueError(f"origin must be one of {direction.ORIGINS}, not {origin!r}")
     start = time.perf_counter()
@@ -144,7 +147,7 @@ def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign
             a_h, a_b = read(model, layer, anchors_harmful), read(model, layer, anchors_benign)
             r_hat = direction.refusal_direction(a_h, a_b)
             centre = a_b.mean(0) if origin == "benign_mean" else None
-            t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, groups)
+            t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, groups, along)
         for _ in range(steps):
             h = layer_output(model, layer, train.ids, train.mask).float()
             loss = direction.cosine_loss(h[rows, train.read], t)

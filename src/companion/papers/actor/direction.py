@@ -37,17 +37,28 @@ def coefficient(a: Tensor, r_hat: Tensor, origin: Tensor | None = None) -> Tenso
 
 
 def targets(a: Tensor, r_hat: Tensor, sign: Tensor, alpha: float, origin: Tensor | None = None,
-            groups: Tensor | None = None) -> Tensor:
+            groups: Tensor | None = None, along: Tensor | None = None) -> Tensor:
     """t_q = a_q + sign_q alpha c_q r^ (sign +1 harmful, -1 benign / pseudo-harmful).
 
     ``groups`` (the uniform-shift baseline): every query is shifted by the mean c of its group (harmful,
     pseudo-harmful, benign) instead of its own c_q. Per group, so that the one size is the right one on
-    average for the prompts it shifts; the per-query shift is the paper's "just enough" shift.
+    average for the prompts it shifts; the per-query shift is the paper's "just enough" shift. Each group's
+    mean is computed once. ``along`` (the random-direction control): the shift of the same per-query size
+    c_q (still measured on r^) is applied along this unit vector instead of r^.
     """
     c = coefficient(a, r_hat, origin)
     if groups is not None:
-        c = torch.stack([c[groups == g].mean() for g in groups.tolist()])
-    return a + (sign * alpha * c)[:, None] * r_hat
+        ids, inverse = torch.unique(groups, return_inverse=True)
+        means = torch.stack([c[groups == g].mean() for g in ids])
+        c = means[inverse]
+    return a + (sign * alpha * c)[:, None] * (r_hat if along is None else along)
+
+
+def random_unit(d: int, seed: int | list[int]) -> Tensor:
+    """A unit vector drawn uniformly on the sphere in R^d from ``seed`` (the random-direction control)."""
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+    u = torch.randn(d, generator=g)
+    return u / u.norm()
 
 
 def cosine_loss(h: Tensor, t: Tensor) -> Tensor:

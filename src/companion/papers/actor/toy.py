@@ -45,16 +45,11 @@ def queries(prompts: np.ndarray) -> Queries:
     return Queries(ids, torch.ones_like(ids, dtype=torch.bool), torch.full((len(ids),), lang.PROMPT_LEN - 1))
 
 
-def training_queries(train: dict[str, np.ndarray]) -> tuple[Queries, Tensor, lang.Batch]:
-    """ACTOR's training queries with their desired full responses (harmful: refuse, others: comply),
-    read at ``<ast>``, and the sign of their shift (+1 harmful, -1 pseudo-harmful and benign)."""
+def sft_batch(train: dict[str, np.ndarray]) -> lang.Batch:
+    """The training prompts (harmful, pseudo-harmful, benign) with their desired full responses (harmful:
+    refuse, others: comply): the SFT baselines' data, never ACTOR's."""
     prompts = np.concatenate([train["harmful"], train["pseudo"], train["benign"]])
-    n_h = len(train["harmful"])
-    refuse = np.arange(len(prompts)) < n_h
-    batch = lang.with_responses(prompts, refuse)
-    q = Queries(batch.input_ids, batch.mask, torch.full((len(prompts),), lang.PROMPT_LEN - 1))
-    sign = torch.where(torch.from_numpy(refuse), 1.0, -1.0)
-    return q, sign, batch
+    return lang.with_responses(prompts, np.arange(len(prompts)) < len(train["harmful"]))
 
 
 def actor_queries(model: nn.Module, train: dict[str, np.ndarray]) -> tuple[Queries, Tensor, Tensor]:
