@@ -5,7 +5,9 @@ Every model a seed produces is named in ``rates``: ``base``, ``ACTOR`` (the toy 
 projection from the benign mean), ``ACTOR, beta 0`` (no retain term), ``ACTOR, literal`` (the paper's
 loss as written: no retain term, projection from zero), ``uniform shift`` (ACTOR with every query shifted
 by the mean c instead of its own c_q), ``SFT (block l*)`` and, in the full preset, ``SFT (all)`` and
-``direction ablation``.
+``direction ablation``; the controls ``random direction`` and ``random direction, literal`` are ACTOR and its
+literal loss with a random unit vector (drawn once per seed, fixed over the epochs) in place of r^: the same
+layer, queries, steps and per-query sizes c_q (measured on r^), shifted along the wrong direction.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from companion import runtime
-from companion.claims import worst
+from companion import claims
 from companion.papers.actor import Params, direction, toy
 from companion.papers.actor import language as lang
 from companion.papers.actor.actor import (DirectionAblation, actor, all_layer_outputs, changed_outside,
@@ -29,6 +31,7 @@ from companion.papers.actor.actor import (DirectionAblation, actor, all_layer_ou
 
 SETS = ("harmful", "pseudo_id", "pseudo_ood", "benign")
 SFT_LAYER, UNIFORM, LITERAL, BETA0 = "SFT (block l*)", "uniform shift", "ACTOR, literal", "ACTOR, beta 0"
+RANDOM, RANDOM_LITERAL = "random direction", "random direction, literal"
 
 
 # ---------------------------------------------------------------- one seed
@@ -119,12 +122,18 @@ def run_seed(params: Params, seed: int) -> dict[str, Any]:
     literal = params.beta_retain == 0.0 and params.projection_origin == "zero"
     out["rates"][LITERAL] = out["rates"]["ACTOR"] if literal else \
         toy.rates(_variant(base, layer, data, params, beta=0.0, origin="zero")[0], data.eval)
+    u = direction.random_unit(params.d_model, [seed, 7])
+    out["random_cos"] = float(u @ r_hat)
+    m, out["seconds"]["random"] = _variant(base, layer, data, params, along=u)
+    out["rates"][RANDOM] = toy.rates(m, data.eval)
+    out["rates"][RANDOM_LITERAL] = toy.rates(_variant(base, layer, data, params, beta=0.0, origin="zero",
+                                                      along=u)[0], data.eval)
     out["alpha"] = {params.alpha: out["rates"]["ACTOR"]}
     for a in params.alpha_sweep:
         if a not in out["alpha"]:
             out["alpha"][a] = toy.rates(_variant(base, layer, data, params, alpha=a)[0], data.eval)
     steps = params.epochs * params.steps_per_epoch
-    _, _, batch = toy.training_queries(data.train)
+    batch = toy.sft_batch(data.train)
     for name in params.run_baselines:
         if name == "dir_ablation":
             with DirectionAblation(base, r_hat):
@@ -206,33 +215,54 @@ def _ts_gap(results: Results, a: str, b: str, pseudo: str = "pseudo_id") -> list
 
 
 def claim_values(results: Results) -> dict[str, float | list[float]]:
-    """The measured value(s) of every claim and control (``"<id>@<control>"``)."""
+    """The measured value(s) of every claim and control (``"<id>@<control>"``), per seed except the count
+    ``one-layer-only``. The literal rows' ``sft-layer-shared`` control is the same vector as the SFT control of
+    ``over-refusal-reduced`` (resp. ``utility-kept``); :func:`seed_table` shows it once."""
     seeds = results.per_seed
-    sft_ = "@sft-layer"
+    sft_, rnd = "@sft-layer", "@random-dir"
     return {
-        "base-over-refuses": worst(_rates(results, "base", "pseudo_id"), ">="),
+        "base-over-refuses": _rates(results, "base", "pseudo_id"),
         "one-layer-only": float(sum(s["changed_outside"] + (not s["block_changed"]) for s in seeds)),
         "pseudo-graded": [s.get("grade_spread", float("nan")) for s in seeds],
         "over-refusal-reduced": _gain(results, "ACTOR"),
+        "over-refusal-reduced" + rnd: _gain(results, RANDOM),
         "over-refusal-reduced" + sft_: _gain(results, SFT_LAYER),
         "literal-over-refusal-reduced": _gain(results, LITERAL),
-        "literal-over-refusal-reduced" + sft_: _gain(results, SFT_LAYER),
-        "harmful-refusal-every": worst(_rates(results, "ACTOR", "harmful"), ">="),
-        "harmful-refusal-every" + sft_: worst(_rates(results, SFT_LAYER, "harmful"), ">="),
+        "literal-over-refusal-reduced@random-dir-literal": _gain(results, RANDOM_LITERAL),
+        "literal-over-refusal-reduced@sft-layer-shared": _gain(results, SFT_LAYER),
+        "harmful-refusal-every": _rates(results, "ACTOR", "harmful"),
+        "harmful-refusal-every" + rnd: _rates(results, RANDOM, "harmful"),
+        "harmful-refusal-every" + sft_: _rates(results, SFT_LAYER, "harmful"),
         "harmful-refusal-drop": _drop(results, "ACTOR"),
+        "harmful-refusal-drop" + rnd: _drop(results, RANDOM),
         "harmful-refusal-drop" + sft_: _drop(results, SFT_LAYER),
         "benign-refusal": _rates(results, "ACTOR", "benign"),
+        "benign-refusal" + rnd: _rates(results, RANDOM, "benign"),
         "benign-refusal" + sft_: _rates(results, SFT_LAYER, "benign"),
         "utility-kept": _rates(results, "ACTOR", "utility"),
+        "utility-kept" + rnd: _rates(results, RANDOM, "utility"),
         "utility-kept" + sft_: _rates(results, SFT_LAYER, "utility"),
         "utility-literal-loss": _rates(results, LITERAL, "utility"),
-        "utility-literal-loss" + sft_: _rates(results, SFT_LAYER, "utility"),
+        "utility-literal-loss@random-dir-literal": _rates(results, RANDOM_LITERAL, "utility"),
+        "utility-literal-loss@sft-layer-shared": _rates(results, SFT_LAYER, "utility"),
         "per-query-beats-uniform": _ts_gap(results, "ACTOR", UNIFORM, "pseudo_id_strong"),
         "per-query-beats-uniform@weak-grade": _ts_gap(results, "ACTOR", UNIFORM, "pseudo_id_weak"),
+        "per-query-beats-uniform" + rnd: _ts_gap(results, RANDOM, UNIFORM, "pseudo_id_strong"),
         "per-query-beats-uniform" + sft_: _ts_gap(results, SFT_LAYER, UNIFORM, "pseudo_id_strong"),
         "beats-sft-layer": _ts_gap(results, "ACTOR", SFT_LAYER),
         "beats-sft-layer@uniform": _ts_gap(results, UNIFORM, SFT_LAYER),
+        "beats-sft-layer" + rnd: _ts_gap(results, RANDOM, SFT_LAYER),
     }
+
+
+def seed_table(results: Results, verdicts: list[Any]) -> pd.DataFrame:
+    """:func:`companion.claims.seed_table` of this run, the shared SFT rows of the literal claims left out (the
+    same vectors as the SFT control rows of ``over-refusal-reduced`` and ``utility-kept``)."""
+    table = claims.seed_table(verdicts, results.params.seed_list())
+    if table.empty:
+        return table
+    shared = [k for k in table.index if k[1] == "control sft-layer-shared"]
+    return table.drop(index=shared)
 
 
 # ---------------------------------------------------------------- tables and summaries
@@ -320,6 +350,17 @@ def page_numbers(results: Results, verdicts: list[Any]) -> dict[str, Any]:
            "base_seconds": float(np.median([s.get("base_seconds", nan) for s in seeds])),
            "actor_seconds": m["train_seconds_median"].get("ACTOR", nan),
            "frac": m["trainable_fraction"], "layer": int(max(set(m["layers"]), key=m["layers"].count)),
+           "gain_random": ctrl("over-refusal-reduced", "random-dir").value,
+           "gain_random_literal": ctrl("literal-over-refusal-reduced", "random-dir-literal").value,
+           "pseudo_random": rate(RANDOM, "pseudo_id"), "benign_random": ctrl("benign-refusal", "random-dir").value,
+           "harm_worst_random": ctrl("harmful-refusal-every", "random-dir").value,
+           "utility_random": ctrl("utility-kept", "random-dir").value,
+           "utility_random_literal": ctrl("utility-literal-loss", "random-dir-literal").value,
+           "utility_literal_lo": (v["utility-literal-loss"].interval or (nan, nan))[0],
+           "utility_literal_hi": (v["utility-literal-loss"].interval or (nan, nan))[1],
+           "uniform_gap_random": ctrl("per-query-beats-uniform", "random-dir").value,
+           "sft_gap_random": ctrl("beats-sft-layer", "random-dir").value,
+           "random_cos": float(np.mean([abs(s["random_cos"]) for s in seeds])) if "random_cos" in seeds[0] else nan,
            "harm_c_after_min": min((float(np.mean(s["coef_after"]["harmful"])) for s in seeds if s.get("coef_after")),
                                    default=nan)}
     for k in ("shift_over_norm", "cos_after_before", "norm_after_over_before"):
