@@ -331,8 +331,9 @@ def test_every_finding_has_its_controls_measured_and_checks_have_none(tmp_path) 
     gain = verdicts["dcc-vs-maharaw-auroc"]
     assert gain.kind == "statistical" and len(gain.per_seed) == 3 and np.ptp(gain.per_seed) > 0.015
     every = verdicts["dcc-vs-maharaw-auroc-every"]
-    assert every.kind == "exact" and every.value == min(gain.per_seed)
+    assert every.kind == "every" and every.value == min(gain.per_seed) and every.per_seed == gain.per_seed
     assert [c.value for c in every.controls] == [min(values[f"dcc-vs-maharaw-auroc@{n}"]) for n in p.CONTROLS]
+    assert [c.per_seed for c in every.controls] == [tuple(values[f"dcc-vs-maharaw-auroc@{n}"]) for n in p.CONTROLS]
     assert verdicts["dcc-vs-maharaw-fpr-every"].value == claims.worst(values["dcc-vs-maharaw-fpr"], "<=")
     m = p.per_seed_means(digits).pivot(index="seed", columns="method", values="auroc")
     np.testing.assert_allclose(values["dcc-vs-mahanorm@principal"], m["MahaPrincipal"] - m["MahaNorm"])
