@@ -243,6 +243,8 @@ def test_smoke_run_is_deterministic_and_checks() -> None:
     ids = {v.id: v for v in verdicts}
     assert ids["sft-identity"].verdict == "HOLDS" and ids["sft-identity"].interval is None
     assert len(ids["dpo-discordance"].per_seed) == 3
+    every = ids["dpo-discordance-every-seed"]
+    assert every.per_seed == ids["dpo-discordance"].per_seed and every.value == min(every.per_seed)
     for claim in paper.CLAIMS:  # every finding's controls are measured on the same seeds
         for control in ids[claim.id].controls:
             assert len(control.per_seed) == len(ids[claim.id].per_seed)
