@@ -47,8 +47,8 @@ PAPER_PRESET = ("the paper's setting from local files: a chat LLM (model_path, b
 class Params(BaseParams):
     """Parameters of the small-scale ACTOR reproduction (defaults: the quick preset)."""
 
-    seeds: int = param(4, lo=1, hi=64, help="number of seeds the claims are evaluated over (5 before "
-                       "issue 41: 4 run in two rounds on two cores, 5 in three)")
+    seeds: int = param(3, lo=1, hi=64, help="number of seeds the claims are evaluated over (5 before issue 41, "
+                       "then 4; 3 since the random-direction controls, from measured cost)")
     n_layer: int = param(3, lo=2, hi=6, help="blocks of the tiny GPT-2")
     d_model: int = param(64, lo=32, hi=256, help="width of the tiny GPT-2 (4 heads)")
     base_steps: int = param(400, lo=200, hi=3000, help="AdamW steps (batch 128, lr 3e-3) of the over-aligned base model")
@@ -69,8 +69,9 @@ class Params(BaseParams):
     alpha_sweep: tuple[float, ...] = param((), lo=0.0, hi=4.0, min_len=0, help="further alpha values (trade-off figure)")
     beta_retain: float = param(1.0, lo=0.0, hi=100.0, help="weight of the retain term (toy deviation; 0: the "
                                "paper's literal loss)")
-    beta_sweep: tuple[float, ...] = param((0.0,), lo=0.0, hi=100.0, min_len=0,
-                                          help="further beta values (utility-vs-beta figure; 0 is the literal loss)")
+    beta_sweep: tuple[float, ...] = param((), lo=0.0, hi=100.0, min_len=0,
+                                          help="further beta values (utility-vs-beta figure; 0 trains the 'ACTOR, "
+                                          "beta 0' model; the quick preset runs none, from measured cost)")
     projection_origin: str = param("benign_mean", choices=ORIGINS,
                                    help="where c_q is measured from: zero (literal) or the benign anchor mean")
     epochs: int = param(3, lo=1, hi=10, help="ACTOR epochs (direction and targets re-estimated each epoch)")
@@ -87,7 +88,7 @@ class Params(BaseParams):
     max_new_tokens: int = param(64, lo=1, hi=512, help="paper preset: greedy tokens the refusal judge reads")
 
     PRESETS = {
-        "full": {"seeds": 10, "n_layer": 4, "base_steps": 800, "n_anchor": 128, "n_eval": 1000,
+        "full": {"seeds": 7, "n_layer": 4, "base_steps": 800, "n_anchor": 128, "n_eval": 1000,
                  "alpha_sweep": (0.25, 0.5, 2.0), "beta_sweep": (0.0, 0.1, 0.3, 3.0),
                  "run_baselines": BASELINES},
         "paper": {"seeds": 1, "lr": 1e-5, "epochs": 3, "steps_per_epoch": 10, "beta_retain": 0.0,

@@ -111,7 +111,7 @@ def run_seed(params: Params, seed: int) -> dict[str, Any]:
     out["harm_geometry"] = _harmful_geometry(base, model, layer, data.eval["harmful"], params.alpha,
                                              out["coef_before"]["harmful"])
     out["beta"] = {params.beta_retain: out["rates"]["ACTOR"]["utility"]}
-    for b in dict.fromkeys((0.0, *params.beta_sweep)):
+    for b in params.beta_sweep:
         if b not in out["beta"]:
             r = toy.rates(_variant(base, layer, data, params, beta=b)[0], data.eval)
             out["beta"][b] = r["utility"]
