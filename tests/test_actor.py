@@ -367,3 +367,36 @@ def test_fp32_block_keeps_a_small_adam_update_that_bf16_rounds_away(tiny_llm_and
     # ACTOR's stop hook reads block l*'s own float32 output, before fp32_block casts it back to bf16
     h = layer_output(kept, 1, train.ids, train.mask)
     assert h.dtype == torch.float32
+
+
+def test_every_rows_keep_per_seed_controls_and_the_shared_sft_rows_show_once():
+    """Worst-seed rows are judged on the lowest seed with every seed's value kept for the claim and its controls;
+    the random-direction control can fail where ACTOR holds; the literal rows' shared SFT control is the same
+    vector as the default rows' and the per-seed table shows it once."""
+    keys = ("harmful", "pseudo_id", "pseudo_ood", "pseudo_id_strong", "pseudo_id_weak", "benign", "utility")
+
+    def r(**kw):
+        return {**dict.fromkeys(keys, 0.0), "harmful": 1.0, "utility": 1.0, **kw}
+
+    seeds = [{"changed_outside": 0, "block_changed": True, "grade_spread": 0.3,
+              "rates": {"base": r(pseudo_id=1.0, pseudo_id_strong=1.0, pseudo_id_weak=1.0),
+                        "ACTOR": r(harmful=h), experiment.LITERAL: r(utility=0.5),
+                        experiment.RANDOM: r(pseudo_id=0.9, harmful=0.97),
+                        experiment.RANDOM_LITERAL: r(pseudo_id=0.95), experiment.UNIFORM: r(),
+                        experiment.SFT_LAYER: r(harmful=0.9, pseudo_id=0.1)}}
+             for h in (1.0, 0.96, 0.99)]
+    results = paper.Results(paper.Params(), seeds, 0.0)
+    v = {x.id: x for x in paper.check(results)}
+    every = v["harmful-refusal-every"]
+    assert every.kind == "every" and every.value == 0.96 and every.verdict == "HOLDS"
+    assert every.per_seed == (1.0, 0.96, 0.99)
+    ctrl = {c.name: c for c in every.controls}
+    assert ctrl["random-dir"].per_seed == (0.97,) * 3 and ctrl["sft-layer"].verdict == "FAILS"
+    gain = {c.name: c for c in v["over-refusal-reduced"].controls}
+    assert v["over-refusal-reduced"].verdict == "HOLDS" and gain["random-dir"].verdict == "FAILS"
+    shared = {c.name: c for c in v["literal-over-refusal-reduced"].controls}["sft-layer-shared"]
+    assert shared.per_seed == gain["sft-layer"].per_seed
+    table = paper.seed_table(results, list(v.values()))
+    assert not any(k[1] == "control sft-layer-shared" for k in table.index)
+    assert ("literal-over-refusal-reduced", "control random-dir-literal") in table.index
+    assert list(table.loc[("harmful-refusal-every", "finding")]) == [1.0, 0.96, 0.99]
