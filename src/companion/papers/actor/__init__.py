@@ -6,7 +6,9 @@ activation of each query moves along the refusal direction by an amount proporti
 (down for pseudo-harmful and benign queries, up for harmful ones), re-estimating the direction every epoch.
 A tiny over-aligned ``GPT2LMHeadModel``, trained in the notebook on a synthetic prompt/response language,
 refuses harmful and pseudo-harmful prompts alike; ACTOR is run against it and compared with a uniform
-shift and with supervised fine-tuning (one block, or the whole model) at equal steps.
+shift, with the same training along a random unit direction in place of the refusal direction (the control
+that removes ACTOR's key ingredient) and with supervised fine-tuning (one block, or the whole model) at equal
+steps.
 
 Written by hand, because the official code could not be located: everything. The refusal direction,
 targets and loss (:mod:`.direction`) follow the paper's equations as the spec transcribes them; the
