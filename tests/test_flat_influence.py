@@ -296,6 +296,8 @@ def test_score_seed_to_claims_runs_on_every_curvature_and_without_relabeling(cur
     for c in paper.CLAIMS:
         for ctrl in c.controls:
             assert c.control_key(ctrl) in values
+    every = {v.id: v for v in verdicts}["nval-gain-every-seed"]
+    assert every.kind == "every" and len(every.per_seed) == 3 and all(len(c.per_seed) == 3 for c in every.controls)
     assert not any("λ=0.001" in m for m in res.detection["method"])  # the run's own damping is plain "FVM"
     assert list(E.damping_table(res).columns[:3]) == ["FVM λ=0.0001", "FVM λ=0.001", "FVM λ=0.01"]
     assert {"auc_gnorm_fvm", "auc_gnorm_vm"} <= set(res.sweep.columns)
