@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 import torch
@@ -592,3 +594,21 @@ def test_paper_preset_smoke_via_cli(neox_and_corpus, tmp_path):
     assert verdicts["jac-exact"]["value"] < 1e-4  # the closed form against autograd on the active block
     notebook = next((tmp_path / "run").rglob("notebook.ipynb")).read_text()
     assert "local GPT-NeoX checkpoint" in notebook and "smoke budget" in notebook
+
+
+def test_a_job_on_a_cached_lm_equals_one_on_a_fresh_lm():
+    """The per-process cache of LMs and activations changes no value: a pair on the cached LM equals the same pair
+    after the cache is emptied, on the random LM and on a trained LM's weights (with its CE baselines)."""
+    p = jsae.Params.resolve("quick", sae_steps=200, sae_batch=128, n_tokens=8192, frontier_coef=3.0)
+    state = byte_gpt2(p.lm_layers, p.d_model, p.d_mlp, seed=5, context=ex.CONTEXT).state_dict()
+    for st in (None, state):
+        ex._LM_CACHE.clear()
+        fresh = ex._job(p, "sae", 1, 0.0, st, ex.RANDOM_LM_SEED, 0)
+        twin = ex._job(p, "sae-twin", 1, 0.0, st, ex.RANDOM_LM_SEED, ex.TWIN_SEED)  # fills nothing new
+        cached = ex._job(p, "sae", 1, 0.0, st, ex.RANDOM_LM_SEED, 0)
+        assert len(ex._LM_CACHE) == 1 and twin.ev.frac01 != fresh.ev.frac01
+        same = [f for f in fields(ex.PairEval) if f.name != "train_s"]  # train_s is a timing
+        np.testing.assert_equal([getattr(cached.ev, f.name) for f in same], [getattr(fresh.ev, f.name) for f in same])
+        assert cached.ce_base == fresh.ce_base
+    assert np.isfinite(cached.ev.ce)  # the trained LM: its CE baselines come from the cache too
+    ex._LM_CACHE.clear()

@@ -456,23 +456,39 @@ def fit_job(acts: Acts, params: Params, seed: int, lam: float, ce: Callable[...,
     return PairJob(ev, (acts.c_x, acts.c_y), base, err, speed, jac.abs().cpu().numpy() if keep_jac else None)
 
 
+_LM_CACHE: dict[tuple, tuple[torch.nn.Module, Acts, np.ndarray, dict[str, float]]] = {}
+
+
+def lm_and_acts(params: Params, seed: int, lm_state: dict[str, Tensor] | None, lm_seed: int
+                ) -> tuple[torch.nn.Module, Acts, np.ndarray, dict[str, float]]:
+    """The LM of a job (the trained one from ``lm_state``, else the random LM initialised from ``lm_seed + seed``),
+    its activations on the training tokens of ``seed`` and, on the trained LM, the CE baselines; kept per process
+    for the run, so a worker that runs several pairs on one LM and seed computes them once (same values: nothing
+    here draws from a generator)."""
+    state_key = None if lm_state is None else tuple(float(v.float().sum()) for v in lm_state.values())
+    key = (params, seed, lm_seed if lm_state is None else None, state_key)
+    if key not in _LM_CACHE:
+        # The random LM of this seed; a trained LM's weights then overwrite it.
+        lm = byte_gpt2(params.lm_layers, params.d_model, params.d_mlp, seed=lm_seed + seed, context=CONTEXT)
+        if lm_state is not None:
+            lm.load_state_dict(lm_state)
+        lm = lm.to(runtime.resolve_device(params.device))
+        train_w, eval_w = _windows(seed, params)
+        acts = collect(lm, params.hook_layer, train_w, eval_w, params.normalize_acts)
+        base = ce_baselines(lm, params.hook_layer, eval_w) if lm_state is not None else {}
+        _LM_CACHE[key] = (lm, acts, eval_w, base)
+    return _LM_CACHE[key]
+
+
 def pair_job(params: Params, seed: int, lam: float, lm_state: dict[str, Tensor] | None,
              keep_jac: bool = False, check: bool = False, timed: bool = False, lm_seed: int = RANDOM_LM_SEED,
              sae_seed: int | None = None) -> PairJob:
     """Worker job: one SAE pair (coefficient ``lam``) on the training tokens of ``seed``, on the trained LM
     (None: the random LM initialised from ``lm_seed + seed``); the SAEs from ``sae_seed`` (default ``seed``)."""
     runtime.limit_threads(1)
-    arch = (params.lm_layers, params.d_model, params.d_mlp)
-    # The random LM of this seed; a trained LM's weights then overwrite it.
-    lm = byte_gpt2(*arch, seed=lm_seed + seed, context=CONTEXT)
+    lm, acts, eval_w, base = lm_and_acts(params, seed, lm_state, lm_seed)
+    ce = None
     if lm_state is not None:
-        lm.load_state_dict(lm_state)
-    lm = lm.to(runtime.resolve_device(params.device))
-    train_w, eval_w = _windows(seed, params)
-    acts = collect(lm, params.hook_layer, train_w, eval_w, params.normalize_acts)
-    ce, base = None, {}
-    if lm_state is not None:
-        base = ce_baselines(lm, params.hook_layer, eval_w)
 
         def ce(sx: TopKSAE, sy: TopKSAE) -> float:
             return ce_of(lm, params.hook_layer, sx, sy, acts, eval_w, base)
@@ -535,6 +551,7 @@ def run(params: Params, workers: int | None = None) -> Results:
     jobs.sort(key=lambda job: job[3] == 0)
     bar = tqdm(total=len(jobs), desc="jsae pairs", disable=None, leave=False)
     out = runtime.parallel_map(_job, jobs, workers, bar.update)
+    _LM_CACHE.clear()  # the LMs and activations of an inline run (workers drop theirs when they exit)
     bar.close()
     return assemble(params, loss, lm_steps, [job[1:4] for job in jobs], out)
 
