@@ -154,7 +154,7 @@ CLAIMS: list[Claim] = [
           + PAPER_RANDOM, 0.05, ">=", controls=("random2",)),
     Claim("frontier", "the lambda trade-off is monotone in every seed: along lambda = 0, jac_coef, frontier_coef "
           "(0, 1, 3) on the trained LM, the smallest of the four successive falls, of frac |J| > 0.01 and of the "
-          "CE-loss score (>= 0: both fall at each step); control: three traditional pairs from independent SAE "
+          "CE-loss score (>= 0: neither rises at any step); control: three traditional pairs from independent SAE "
           "seeds in place of the three lambdas (lambda = 0 repeated)", PAPER_FRONTIER, 0.0, ">=", kind="every",
           controls=("lambda0",)),
     Claim("ce-kept", "precondition, the JSAE still splices: CE-loss score, JSAE minus SAE (>= -0.15, the spec's "
