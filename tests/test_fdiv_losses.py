@@ -211,6 +211,7 @@ def test_claims_fail_when_the_measurement_says_so():
     res.bayes = [0.64, 0.64, 0.64]
     res.lm_controls = {"kl-model": {"support": [2.0, 3.0, 2.0]}, "untrained": {"support": [30.0, 31.0, 30.0]}}
     res.clf_logreg, res.trigram, res.bigram = [0.95, 0.96, 0.95], [0.64, 0.64, 0.64], [0.40, 0.41, 0.40]
+    res.kl_half = [0.58, 0.59, 0.58]  # the half-trained KL run trails its final accuracy by 2 points
     verdicts = {v.id: v for v in paper.check(res)}
     assert {k: v.verdict for k, v in verdicts.items()} == {
         "reductions": "FAILS", "bisection-general": "HOLDS", "bisection-rate": "HOLDS", "alpha15-clf": "FAILS",
@@ -218,7 +219,12 @@ def test_claims_fail_when_the_measurement_says_so():
     controls = {c.name: c.verdict for c in verdicts["sparsity"].controls}
     assert controls == {"kl-model": "HOLDS", "untrained": "FAILS"}
     assert [c.verdict for c in verdicts["alpha15-clf"].controls] == ["FAILS"]  # logreg trails KL by 2 points
-    assert [c.verdict for c in verdicts["alpha15-lm"].controls] == ["FAILS"]  # the bigram table trails by 20
+    # the bigram table trails by 20 points, the half-trained KL run by 2: both fail the -0.5 margin
+    assert [c.verdict for c in verdicts["alpha15-lm"].controls] == ["FAILS", "FAILS"]
+    assert verdicts["alpha15-lm"].discriminates
+    res.kl_half = [0.60, 0.61, 0.60]  # a half-trained run already as good as the final one passes the margin
+    lm = {v.id: v for v in paper.check(res)}["alpha15-lm"]
+    assert [c.verdict for c in lm.controls] == ["FAILS", "HOLDS"] and not lm.discriminates
     res.lm_support = {"alpha1.5": [2.0, 2.5, 2.0]}  # sparse, but so is the KL model: not discriminating
     assert paper.check(res)[-1].verdict == "HOLDS" and not paper.check(res)[-1].discriminates
 
@@ -245,10 +251,35 @@ def test_count_tables_on_a_deterministic_order_two_source():
     assert experiment.count_table_accuracy(empty, test) < 1.0  # no counts: token 0 everywhere
 
 
+def test_choose_lr_keeps_the_best_validation_run_per_seed_and_loss() -> None:
+    params = paper.Params.resolve("quick", lm_lrs=(3e-3, 1e-3), lm_losses=("kl", "alpha1.5"))
+    run = lambda lr, val, acc: {"lr": lr, "val_acc": val, "acc": acc}  # noqa: E731
+    outs = {(0, "kl", 3e-3): run(3e-3, 0.50, 0.40), (0, "kl", 1e-3): run(1e-3, 0.55, 0.30),
+            (0, "alpha1.5", 3e-3): run(3e-3, 0.20, 0.60), (0, "alpha1.5", 1e-3): run(1e-3, 0.20, 0.10),
+            (1, "kl", 3e-3): run(3e-3, 0.61, 0.10), (1, "kl", 1e-3): run(1e-3, 0.60, 0.90),
+            (1, "alpha1.5", 3e-3): run(3e-3, 0.10, 0.10), (1, "alpha1.5", 1e-3): run(1e-3, 0.30, 0.20)}
+    chosen = experiment.choose_lr(outs, [0, 1], params)
+    # validation decides (never the test accuracy); a tie keeps the earlier rate of the grid
+    assert {k: v["lr"] for k, v in chosen.items()} == {(0, "kl"): 1e-3, (0, "alpha1.5"): 3e-3,
+                                                        (1, "kl"): 3e-3, (1, "alpha1.5"): 1e-3}
+
+
+def test_the_validation_set_leaves_the_test_set_as_it_was() -> None:
+    params = paper.Params.resolve("quick", lm_vocab=16)
+    source, test, val, _ = experiment.lm_setting(params, 3)
+    rng = np.random.default_rng(3)  # the test set drawn as before the validation set existed
+    sparse_markov_table(16, 2, params.lm_support_max, 0.5, rng)
+    np.testing.assert_array_equal(test, sample_sequences(source, len(test), test.shape[1], rng))
+    assert len(val) * (val.shape[1] - 2) >= experiment.VAL_TOKENS and not np.array_equal(val[:10], test[:10])
+
+
 def test_lm_job_records_accuracy_and_support_curves() -> None:
     params = paper.Params.resolve("quick", lm_steps=50, lm_vocab=16)
     assert "controls" not in experiment.lm_job(params, 0, "alpha1.5")
+    assert "trigram" not in experiment.lm_job(params, 0, "kl", params.lm_lrs[1])  # counted at the first rate only
     out = experiment.lm_job(params, 0, "kl")
+    assert out["lr"] == params.lm_lrs[0] and 0.0 < out["val_acc"] < 1.0
+    assert out["controls"]["untrained"]["acc"] < out["kl_half_acc"] < 1.0  # half trained, but trained
     assert out["support"] == 16.0  # softmax keeps every token
     assert out["controls"]["kl-model"]["support"] < 16.0 and out["controls"]["kl-model"]["acc"] == out["acc"]
     assert out["controls"]["untrained"]["acc"] < out["acc"] and 0.0 < out["bigram"] <= out["trigram"] <= 1.0

@@ -58,6 +58,11 @@ class Results:
     lm_outside_mass: dict[str, list[float]] = field(default_factory=dict)
     # the sparsity controls: "kl-model" / "untrained" -> {"support", "recall", "outside_mass"} per seed
     lm_controls: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # the learning rate chosen per loss and seed on validation; validation and test accuracy at every rate
+    lm_lr: dict[str, list[float]] = field(default_factory=dict)
+    lm_val_by_lr: dict[str, dict[float, list[float]]] = field(default_factory=dict)
+    lm_acc_by_lr: dict[str, dict[float, list[float]]] = field(default_factory=dict)
+    kl_half: list[float] = field(default_factory=list)  # the chosen KL run's test accuracy after half its steps
     trigram: list[float] = field(default_factory=list)  # accuracy of a trigram count table, same tokens
     bigram: list[float] = field(default_factory=list)  # the same counts with the older context token dropped
     bayes: list[float] = field(default_factory=list)
@@ -208,7 +213,7 @@ def logreg_accuracy(seed: int) -> float:
 # --- C. tiny LM on a sparse Markov source -------------------------------------------------------
 
 
-SEQ_LEN, BATCH, EVAL_TOKENS = 32, 32, 20_000
+SEQ_LEN, BATCH, EVAL_TOKENS, VAL_TOKENS = 32, 32, 20_000, 5_000
 
 
 def lr_at(step: int, total: int, warmup: int = 20) -> float:
@@ -227,13 +232,17 @@ def lm_targets(source: MarkovSource, seqs: np.ndarray, soft: bool) -> torch.Tens
 
 def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, *,
              model: torch.nn.Module | None = None, layers: int | None = None, soft: bool = False,
-             eval_seqs: np.ndarray | None = None,
-             curve_every: int = 0) -> tuple[torch.nn.Module, list[tuple[float, float]]]:
-    """Train (or fine-tune) a tiny GPT-2 with the FY loss; optionally record (accuracy, support / V) curves."""
+             eval_seqs: np.ndarray | None = None, curve_every: int = 0, lr: float | None = None,
+             mid: dict[str, Any] | None = None) -> tuple[torch.nn.Module, list[tuple[float, float]]]:
+    """Train (or fine-tune) a tiny GPT-2 with the FY loss at peak rate ``lr`` (default ``params.lm_lrs[0]``);
+    optionally record (accuracy, support / V) curves. With ``mid`` (a dict) and ``eval_seqs``, ``mid`` receives
+    the model's evaluation on every ``eval_seqs`` after half the steps (the near-margin control of
+    ``alpha15-lm``: the same run, half trained)."""
     if model is None:
         model = tiny_gpt2(source.vocab, layers or params.lm_layers, params.lm_dim, 4, 64, seed=seed)
     div, rng = get_divergence(loss), np.random.default_rng(seed + 10_000)
-    opt = torch.optim.AdamW(model.parameters(), lr=params.lm_lr, weight_decay=0.01)
+    lr = params.lm_lrs[0] if lr is None else lr
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, steps))
     curve = []
     model.train()
@@ -249,6 +258,8 @@ def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: 
         if curve_every and eval_seqs is not None and ((step + 1) % curve_every == 0):
             point = lm_eval(model, loss, source, eval_seqs[:200], q, params.bisect_iters)
             curve.append((point["acc"], point["support"] / source.vocab))
+        if mid is not None and eval_seqs is not None and step + 1 == steps // 2:
+            mid.update(lm_eval(model, loss, source, eval_seqs, q, params.bisect_iters))
     return model, curve
 
 
@@ -274,34 +285,58 @@ def lm_eval(model: torch.nn.Module, loss: str, source: MarkovSource, seqs: np.nd
     }
 
 
-def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
-    """Part C (and D when asked) for one seed and one loss; the source is rebuilt from the seed."""
+def lm_setting(params: Params, seed: int) -> tuple[MarkovSource, np.ndarray, np.ndarray, Any]:
+    """The seed's Markov source, its test sequences, its validation sequences (for choosing the learning
+    rate; drawn from their own stream, so the test set is the same as without them) and the reference q."""
     rng = np.random.default_rng(seed)
     source = sparse_markov_table(params.lm_vocab, 2, params.lm_support_max, 0.5, rng)
     test = sample_sequences(source, EVAL_TOKENS // (SEQ_LEN - 2) + 1, SEQ_LEN, rng)
     counts = np.bincount(sample_sequences(source, 200, SEQ_LEN, rng).ravel(), minlength=params.lm_vocab)
     q = reference_measure(params.reference_measure, params.lm_vocab, counts)
+    val = sample_sequences(source, VAL_TOKENS // (SEQ_LEN - 2) + 1, SEQ_LEN, np.random.default_rng(seed + 30_000))
+    return source, test, val, q
+
+
+def lm_job(params: Params, seed: int, loss: str, lr: float | None = None) -> dict[str, Any]:
+    """Part C for one seed, one loss and one peak learning rate (default the grid's first): the model's
+    validation accuracy (which chooses the rate), its test metrics and, for KL, the controls; the source is
+    rebuilt from the seed. With ``run_distill_sft`` the trained weights come back for :func:`distill_sft_job`."""
+    lr = params.lm_lrs[0] if lr is None else lr
+    source, test, val, q = lm_setting(params, seed)
     every = max(1, params.lm_steps // 10)
-    model, curve = train_lm(source, loss, params, seed, params.lm_steps, q, eval_seqs=test, curve_every=every)
-    out = {"bayes": bayes_accuracy(source, test), "curve": [acc for acc, _ in curve],
+    mid: dict[str, Any] = {}
+    model, curve = train_lm(source, loss, params, seed, params.lm_steps, q, eval_seqs=test, curve_every=every,
+                            lr=lr, mid=mid if loss == "kl" else None)
+    out = {"lr": lr, "val_acc": lm_eval(model, loss, source, val, q, params.bisect_iters)["acc"],
+           "bayes": bayes_accuracy(source, test), "curve": [acc for acc, _ in curve],
            "support_curve": [share for _, share in curve],
            **lm_eval(model, loss, source, test, q, params.bisect_iters)}
     if loss == "kl":
         untrained = tiny_gpt2(source.vocab, params.lm_layers, params.lm_dim, 4, 64, seed=seed)
         out["controls"] = {"kl-model": lm_eval(model, "alpha1.5", source, test, q, params.bisect_iters),
                            "untrained": lm_eval(untrained, "alpha1.5", source, test, q, params.bisect_iters)}
-        train_tokens = np.random.default_rng(seed + 20_000)
-        counts = trigram_counts(source, params.lm_steps * BATCH, train_tokens)
-        out["trigram"] = count_table_accuracy(counts, test)
-        out["bigram"] = count_table_accuracy(counts.sum(axis=0), test)
+        out["kl_half_acc"] = mid.get("acc", float("nan"))
+        if lr == params.lm_lrs[0]:  # the count tables do not depend on the rate: counted once per seed
+            counts = trigram_counts(source, params.lm_steps * BATCH, np.random.default_rng(seed + 20_000))
+            out["trigram"] = count_table_accuracy(counts, test)
+            out["bigram"] = count_table_accuracy(counts.sum(axis=0), test)
     if params.run_distill_sft:
-        shifted = perturb(source, 0.3, params.lm_support_max, np.random.default_rng(seed + 1))
-        tuned, _ = train_lm(shifted, loss, params, seed, 200, q, model=model)
-        shifted_test = sample_sequences(shifted, len(test), SEQ_LEN, np.random.default_rng(seed + 2))
-        out["sft_acc"] = lm_eval(tuned, loss, shifted, shifted_test, q, params.bisect_iters)["acc"]
-        student, _ = train_lm(source, loss, params, seed, params.lm_steps, q, layers=1, soft=True)
-        out["distill"] = lm_eval(student, loss, source, test, q, params.bisect_iters)
+        out["state"] = model.state_dict()
     return out
+
+
+def distill_sft_job(params: Params, seed: int, loss: str, lr: float, state: dict[str, Any]) -> dict[str, Any]:
+    """Part D for one seed and loss at its chosen rate: fine-tune the trained model on a perturbed source
+    (200 steps) and distil the true table into a one-layer student."""
+    source, test, _, q = lm_setting(params, seed)
+    model = tiny_gpt2(source.vocab, params.lm_layers, params.lm_dim, 4, 64, seed=seed)
+    model.load_state_dict(state)
+    shifted = perturb(source, 0.3, params.lm_support_max, np.random.default_rng(seed + 1))
+    tuned, _ = train_lm(shifted, loss, params, seed, 200, q, model=model, lr=lr)
+    shifted_test = sample_sequences(shifted, len(test), SEQ_LEN, np.random.default_rng(seed + 2))
+    student, _ = train_lm(source, loss, params, seed, params.lm_steps, q, layers=1, soft=True, lr=lr)
+    return {"sft_acc": lm_eval(tuned, loss, shifted, shifted_test, q, params.bisect_iters)["acc"],
+            "distill": lm_eval(student, loss, source, test, q, params.bisect_iters)}
 
 
 def trigram_counts(source: MarkovSource, n_seqs: int, rng: np.random.Generator) -> np.ndarray:
@@ -332,9 +367,8 @@ def _collect_lm(res: Results, loss: str, out: dict[str, Any]) -> None:
     for name, point in out.get("controls", {}).items():
         for key in ("support", "recall", "outside_mass"):
             res.lm_controls.setdefault(name, {}).setdefault(key, []).append(point[key])
-    if "trigram" in out:
-        res.trigram.append(out["trigram"])
-        res.bigram.append(out["bigram"])
+    if "kl_half_acc" in out:
+        res.kl_half.append(out["kl_half_acc"])
     if "sft_acc" in out:
         res.sft_acc.setdefault(loss, []).append(out["sft_acc"])
         for key in ("agree", "tv"):
@@ -356,15 +390,30 @@ def run(params: Params) -> Results:
     iters = list(range(2, 41, 2))
     res.convergence = convergence(params.seed)
     res.slopes = {name: error_slope(iters, res.convergence[name]) for name in SPARSE_FAMILIES}
-    lm_jobs = [] if paper else [(params, seed, loss) for seed in seeds for loss in params.lm_losses]
+    lm_jobs = [] if paper else [(params, seed, loss, lr) for seed in seeds for loss in params.lm_losses
+                                for lr in params.lm_lrs]
     every = max(1, params.lm_steps // 10)
     res.lm_curve_steps = list(range(every, params.lm_steps + 1, every))
-    with tqdm(total=len(seeds) + len(lm_jobs), desc="fdiv-losses", disable=None, mininterval=5) as bar:
+    part_d = [] if paper or not params.run_distill_sft else [(seed, loss) for seed in seeds for loss in params.lm_losses]
+    with tqdm(total=len(seeds) + len(lm_jobs) + len(part_d), desc="fdiv-losses", disable=None, mininterval=5) as bar:
         jobs = [(params, seed) for seed in seeds] + lm_jobs
         outs = runtime.parallel_map(_job, [(job,) for job in jobs], on_done=lambda: bar.update(1))
-    for (_, seed, *loss), out in zip(jobs, outs):
-        if loss:
-            _collect_lm(res, loss[0], out)
+        chosen = {} if paper else choose_lr({(seed, loss, lr): out for (_, seed, *rest), out in zip(jobs, outs)
+                                             if rest for loss, lr in [rest]}, seeds, params)
+        if part_d:
+            d_jobs = [(params, seed, loss, chosen[seed, loss]["lr"], chosen[seed, loss].pop("state"))
+                      for seed, loss in part_d]
+            d_outs = runtime.parallel_map(_job, [(job,) for job in d_jobs], on_done=lambda: bar.update(1))
+            for (_, seed, loss, *_), out in zip(d_jobs, d_outs):
+                chosen[seed, loss].update(out)
+    for (_, seed, *rest), out in zip(jobs, outs):
+        if rest:
+            loss, lr = rest
+            res.lm_val_by_lr.setdefault(loss, {}).setdefault(lr, []).append(out["val_acc"])
+            res.lm_acc_by_lr.setdefault(loss, {}).setdefault(lr, []).append(out["acc"])
+            if "trigram" in out:
+                res.trigram.append(out["trigram"])
+                res.bigram.append(out["bigram"])
         else:
             res.reduction_errors.append(out["reductions"])
             res.general_errors.append(out["general"])
@@ -375,7 +424,11 @@ def run(params: Params) -> Results:
     if paper:
         _collect_corpus(res, paper_preset.run_corpus(params, device))
         return res
-    first_loss = [out for (_, _, *loss), out in zip(jobs, outs) if loss and loss[0] == params.lm_losses[0]]
+    for seed in seeds:
+        for loss in params.lm_losses:
+            _collect_lm(res, loss, chosen[seed, loss])
+            res.lm_lr.setdefault(loss, []).append(chosen[seed, loss]["lr"])
+    first_loss = [chosen[seed, params.lm_losses[0]] for seed in seeds]
     res.bayes = [out["bayes"] for out in first_loss]
     res.lm_true_support = [out["true_support"] / params.lm_vocab for out in first_loss]
     return res
@@ -399,8 +452,17 @@ def seed_job(params: Params, seed: int) -> dict[str, Any]:
 
 
 def _job(job: tuple) -> Any:
-    """One unit of parallel work: a seed's parts A-B ``(params, seed)`` or an LM run ``(params, seed, loss)``."""
-    return lm_job(*job) if len(job) == 3 else seed_job(*job)
+    """One unit of parallel work: a seed's parts A-B ``(params, seed)``, an LM run ``(params, seed, loss, lr)``
+    or part D ``(params, seed, loss, lr, state)``."""
+    return {2: seed_job, 4: lm_job, 5: distill_sft_job}[len(job)](*job)
+
+
+def choose_lr(outs: dict[tuple[int, str, float], dict[str, Any]], seeds: list[int],
+              params: Params) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per seed and loss, the run whose peak rate gives the best validation accuracy (ties: the earlier rate
+    in ``lm_lrs``), as digits chooses per loss; the test set plays no part in the choice."""
+    return {(seed, loss): max((outs[seed, loss, lr] for lr in params.lm_lrs), key=lambda o: o["val_acc"])
+            for seed in seeds for loss in params.lm_losses}
 
 
 # --- claims -------------------------------------------------------------------------------------
@@ -427,6 +489,7 @@ def claim_values(res: Results) -> dict[str, float | list[float]]:
         "alpha15-clf@logreg": _diff_points({**res.clf_acc, "logreg": res.clf_logreg}, "logreg", "kl", n),
         "alpha15-lm": _diff_points(res.lm_acc, "alpha1.5", "kl", n),
         "alpha15-lm@bigram": _diff_points({**res.lm_acc, "bigram": res.bigram}, "bigram", "kl", n),
+        "alpha15-lm@kl-half": _diff_points({**res.lm_acc, "kl-half": res.kl_half}, "kl-half", "kl", n),
         "lm-near-bayes": near,
         "sparsity": [s / vocab for s in res.lm_support.get("alpha1.5", nan)],
     }
@@ -448,7 +511,11 @@ def metrics(res: Results) -> dict[str, Any]:
            "lm_support": mean(res.lm_support), "lm_support_recall": mean(res.lm_support_recall),
            "lm_outside_mass": mean(res.lm_outside_mass),
            "bayes_acc": float(np.mean(res.bayes)), "bisection_slopes": res.slopes,
-           "lm_acc_per_seed": res.lm_acc}
+           "lm_acc_per_seed": res.lm_acc, "lm_lr_chosen": res.lm_lr,
+           "lm_acc_by_lr": {loss: {f"{lr:g}": float(np.mean(v)) for lr, v in d.items()}
+                            for loss, d in res.lm_acc_by_lr.items()}}
+    if res.kl_half:
+        out["kl_half_acc"] = float(np.mean(res.kl_half))
     out["lm_controls"] = {name: mean(d) for name, d in res.lm_controls.items()}
     if res.clf_logreg:
         out["clf_logreg_acc"] = float(np.mean(res.clf_logreg))
@@ -491,15 +558,35 @@ def summary_table(res: Results):
     return pd.DataFrame(rows).set_index("loss").fillna("–")
 
 
+def lm_lr_table(res: Results):
+    """Per LM loss and peak learning rate: mean validation and test accuracy over seeds (test over Bayes too)
+    and on how many seeds the rate was chosen (Markov only)."""
+    import pandas as pd
+
+    rows = []
+    for loss, by_lr in res.lm_acc_by_lr.items():
+        for lr, accs in by_lr.items():
+            rows.append({"loss": loss, "peak lr": lr, "val acc": float(np.mean(res.lm_val_by_lr[loss][lr])),
+                         "test acc": float(np.mean(accs)),
+                         "test acc / Bayes": float(np.mean([a / b for a, b in zip(accs, res.bayes)])),
+                         "chosen on seeds": sum(r == lr for r in res.lm_lr.get(loss, []))})
+    return pd.DataFrame(rows).set_index(["loss", "peak lr"]) if rows else pd.DataFrame()
+
+
 def lm_seed_table(res: Results):
-    """Per seed: each LM loss's accuracy over the Bayes accuracy, the count tables', and the sparsity
-    finding with its controls (support share through the α = 1.5 operator)."""
+    """Per seed: each LM loss's accuracy over the Bayes accuracy and its chosen rate, the half-trained KL run's
+    and the count tables', and the sparsity finding with its controls (support share through the α = 1.5
+    operator)."""
     import pandas as pd
 
     values = claim_values(res)
     table = pd.DataFrame({f"{loss} acc / Bayes": [a / b for a, b in zip(accs, res.bayes)]
                           for loss, accs in res.lm_acc.items()})
     table.index = pd.Index(res.params.seed_list()[:len(table)], name="seed")
+    for loss, rates in res.lm_lr.items():
+        table[f"{loss} rate"] = rates[:len(table)]
+    if res.kl_half:
+        table["KL after half its steps acc / Bayes"] = [a / b for a, b in zip(res.kl_half, res.bayes)]
     if res.trigram:
         table["trigram acc / Bayes"] = [t / b for t, b in zip(res.trigram, res.bayes)]
         table["bigram acc / Bayes"] = [t / b for t, b in zip(res.bigram, res.bayes)]
