@@ -272,6 +272,25 @@ def test_random_direction_keeps_the_sizes_and_moves_off_r():
     torch.testing.assert_close((t - a) @ r, sign * (a @ r) * float(u @ r))
 
 
+def test_random_direction_targets_are_fixed_in_the_first_epoch(small):
+    """With a random direction the targets of every epoch are those of the first (t_q = a_q^0 + sign alpha c_q^0 u),
+    so the control moves by ACTOR's first-epoch sizes once, not again each epoch; ACTOR's own targets are
+    re-measured each epoch and change."""
+    model, data = small
+    q, sign, _ = toy.actor_queries(model, data.train)
+    anchors = toy.queries(data.anchors["harmful"]), toy.queries(data.anchors["benign"])
+    u = direction.random_unit(32, [0, 7])
+    for along in (u, None):
+        seen: dict[int, torch.Tensor] = {}
+        actor(copy.deepcopy(model), 1, *anchors, q, sign, 1.0, 1.0, "benign_mean", 3, 5, 1e-3, along=along,
+              on_targets=lambda e, t: seen.__setitem__(e, t))
+        assert sorted(seen) == [0, 1, 2]
+        if along is None:
+            assert not torch.equal(seen[1], seen[2])
+        else:
+            assert torch.equal(seen[1], seen[2]) and torch.equal(seen[0], seen[1])
+
+
 def test_refusal_judge_and_jsonl(tmp_path):
     assert paper_preset.is_refusal("I'm sorry, but I cannot help with that.")
     assert not paper_preset.is_refusal("Sure, here is how to kill a Python process: use kill -9.")

@@ -11,6 +11,7 @@ minimise L_PRD = mean[1 - cos(h_q, t_q)] over block l's parameters only, plus (t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -125,11 +126,15 @@ def fp32_block(model: nn.Module, layer: int) -> None:
 
 def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign: Queries, train: Queries,
           sign: Tensor, alpha: float, beta: float, origin: str, epochs: int, steps: int, lr: float,
-          groups: Tensor | None = None, along: Tensor | None = None) -> float:
+          groups: Tensor | None = None, along: Tensor | None = None,
+          on_targets: Callable[[int, Tensor], None] | None = None) -> float:
     """Fine-tune block ``layer`` of ``model`` in place with the projection-calibrated loss (+ retain term);
     return the seconds taken. ``groups``: one shift size per group (the uniform baseline); ``along``: shift
-    along this fixed unit vector instead of the re-estimated r^, by the same per-query sizes (the
-    random-direction control)."""
+    along this fixed unit vector instead of r^, by ACTOR's per-query sizes (the random-direction control).
+    With ``along`` the targets are fixed in the first epoch, t_q = a_q^0 + sign_q alpha c_q^0 u, and kept
+    over the epochs: a shift along u barely changes c_q (measured on r^), so re-measuring it every epoch
+    would apply the full size again each epoch, a larger total move than ACTOR's (whose c_q shrinks as it
+    moves along r^). ``on_targets(epoch, t)``: called with every epoch's targets (for tests)."""
     if origin not in direction.ORIGINS:
         raise ValueError(f"origin must be one of {direction.ORIGINS}, not {origin!r}")
     start = time.perf_counter()
@@ -142,12 +147,16 @@ def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign
     retain[rows, train.read] = False
     params = train_only_block(model, layer)
     opt = torch.optim.Adam(params, lr=lr)
-    for _ in range(epochs):
-        with torch.no_grad():
-            a_h, a_b = read(model, layer, anchors_harmful), read(model, layer, anchors_benign)
-            r_hat = direction.refusal_direction(a_h, a_b)
-            centre = a_b.mean(0) if origin == "benign_mean" else None
-            t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, groups, along)
+    t: Tensor | None = None
+    for epoch in range(epochs):
+        if t is None or along is None:
+            with torch.no_grad():
+                a_h, a_b = read(model, layer, anchors_harmful), read(model, layer, anchors_benign)
+                r_hat = direction.refusal_direction(a_h, a_b)
+                centre = a_b.mean(0) if origin == "benign_mean" else None
+                t = direction.targets(read(model, layer, train), r_hat, sign, alpha, centre, groups, along)
+        if on_targets is not None:
+            on_targets(epoch, t.clone())
         for _ in range(steps):
             h = layer_output(model, layer, train.ids, train.mask).float()
             loss = direction.cosine_loss(h[rows, train.read], t)

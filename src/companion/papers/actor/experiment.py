@@ -6,8 +6,9 @@ projection from the benign mean), ``ACTOR, beta 0`` (no retain term), ``ACTOR, l
 loss as written: no retain term, projection from zero), ``uniform shift`` (ACTOR with every query shifted
 by the mean c instead of its own c_q), ``SFT (block l*)`` and, in the full preset, ``SFT (all)`` and
 ``direction ablation``; the controls ``random direction`` and ``random direction, literal`` are ACTOR and its
-literal loss with a random unit vector (drawn once per seed, fixed over the epochs) in place of r^: the same
-layer, queries, steps and per-query sizes c_q (measured on r^), shifted along the wrong direction.
+literal loss with a random unit vector (drawn once per seed) in place of r^: the same layer, queries and steps,
+and ACTOR's first-epoch per-query sizes c_q (measured on r^), shifted along the wrong direction; the
+control's targets are fixed in the first epoch and kept (see :func:`~companion.papers.actor.actor.actor`).
 """
 
 from __future__ import annotations
