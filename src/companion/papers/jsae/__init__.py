@@ -11,7 +11,8 @@ cached weight products P = W_dec^x W_in and Q = W_out W_enc^y, so the penalty is
 Reproduced here at toy scale, on CPU: a byte-level 2-layer GPT-2 trained on standard-library
 docstrings (and the same architecture left at its random initialisation); a traditional SAE pair
 vs a JSAE pair on its last MLP; the paper's threshold sparsity metric and a scale-free one, the
-CE-loss score and FVU; the efficient Jacobian checked against ``torch.func.jacrev`` and timed. The
+CE-loss score and FVU; the lambda trade-off at lambda = 0, 1, 3 in every seed against three lambda = 0
+pairs; the efficient Jacobian checked against ``torch.func.jacrev`` and timed. The
 ``paper`` preset runs the same pipeline on a local Pythia checkpoint and corpus (:mod:`.paper_preset`).
 This module holds the declarations; the experiment (:mod:`.experiment`) and the figures
 (:mod:`.plots`) load on first use.
