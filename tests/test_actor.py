@@ -243,6 +243,9 @@ def test_params_refused():
         paper.Params.resolve("quick", pseudo_refusal_in_base=0.8, pseudo_refusal_min=0.9)
     with pytest.raises(ParamError, match="alpha_sweep"):  # the paper preset trains one model at alpha
         paper.Params.resolve("paper", alpha_sweep=(0.5,), model_path="/nonexistent", data_path="/nonexistent")
+    for name, value in (("beta_sweep", (0.0,)), ("run_baselines", ("uniform",))):  # ignored there: refused
+        with pytest.raises(ParamError, match=name):
+            paper.Params.resolve("paper", model_path="/nonexistent", data_path="/nonexistent", **{name: value})
 
 
 def test_group_means_once_equal_the_per_query_computation():

@@ -60,9 +60,8 @@ class Params(BaseParams):
     pseudo_refusal_in_base: float = param(1.0, lo=0.5, hi=1.0, help="probability that a base example with a "
                                           "strongest-grade pseudo-harmful context is labelled refuse")
     pseudo_refusal_min: float = param(0.8, lo=0.5, hi=1.0, help="the same for the weakest of the four grades "
-                                      "(linear between; equal to pseudo_refusal_in_base: one grade); 0.7 in a "
-                                      "development run let some seeds' base model comply with part of the "
-                                      "weakest grade (the precondition base-over-refuses failed)")
+                                      "(linear between; equal to pseudo_refusal_in_base: one grade); first 0.7, "
+                                      "raised to 0.8 before any record was stored")
     target_layer: int = param(-1, lo=-1, hi=79, help="block l* that ACTOR trains; -1: auto (silhouette over the "
                               "intermediate layers, near-ties to the middle)")
     n_anchor: int = param(64, lo=16, hi=512, help="harmful and benign anchor prompts of the refusal direction")
@@ -99,9 +98,13 @@ class Params(BaseParams):
 
     def __post_init__(self) -> None:
         if self.preset == "paper":
-            if self.alpha_sweep:
-                raise ParamError(f"parameter 'alpha_sweep': {self.alpha_sweep}; allowed: () at the paper preset "
-                                 "(it trains one ACTOR model at alpha; no alpha sweep is run there)")
+            ignored = {"alpha_sweep": "it trains one ACTOR model at alpha; no alpha sweep is run there",
+                       "beta_sweep": "it trains one ACTOR model at beta_retain; no beta sweep is run there",
+                       "run_baselines": "it runs no baselines"}
+            for name, why in ignored.items():
+                if getattr(self, name):
+                    raise ParamError(f"parameter '{name}': {getattr(self, name)}; allowed: () at the paper preset "
+                                     f"({why})")
             require_path("model_path", self.model_path, "a local chat LLM saved with save_pretrained "
                          "(config.json, weights, tokenizer)", "dir")
             require_path("data_path", self.data_path, "prompt sets harmful.jsonl, harmless.jsonl, "
