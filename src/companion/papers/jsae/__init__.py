@@ -72,7 +72,7 @@ class Params(BaseParams):
                                  help="the larger lambda of the frontier finding (a third pair per seed, > jac_coef)")
     sweep_coefs: tuple[float, ...] = param((), lo=0.0, hi=100.0, min_len=0,
                                            help="extra lambdas for the trade-off figure (base seed only)")
-    sae_steps: int = param(450, lo=200, hi=200_000, help="SAE training steps")
+    sae_steps: int = param(400, lo=200, hi=200_000, help="SAE training steps")
     sae_lr: float = param(1e-3, lo=1e-4, hi=3e-3, help="Adam learning rate of the SAEs")
     sae_batch: int = param(256, lo=128, hi=4096, help="tokens per SAE step")
     thresholds: tuple[float, ...] = param((0.005, 0.01, 0.02, 0.05), lo=1e-6, hi=1.0,
