@@ -89,7 +89,7 @@ class Params(BaseParams):
     smoke: bool = param(False, help="paper preset on a tiny budget (4096 tokens, 40 SAE steps; < 2 min CPU)")
 
     PRESETS = {
-        "full": {"seeds": 5, "n_tokens": 65536, "sae_steps": 1500, "sae_batch": 512,
+        "full": {"seeds": 4, "n_tokens": 65536, "sae_steps": 1500, "sae_batch": 512,
                  "sweep_coefs": (0.3, 10.0)},
         # Pythia-70m-deduped as in the official runner's default: layer 3, 32x expansion, k 32, lambda 1;
         # 73 242 steps of 4096 tokens are the paper's 300 M tokens, drawn from a pool of n_tokens.
