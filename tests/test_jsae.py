@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -254,6 +256,21 @@ def test_params_reject_bad_values(bad):
         jsae.Params.resolve("quick", **bad)
 
 
+def test_frontier_coef_is_checked_under_every_preset_and_the_page_rerun_example_resolves():
+    """frontier_coef <= jac_coef is refused before the paper branch (which otherwise returns early), and the
+    page's rerun example (jac_coef 3 needs a larger frontier_coef) resolves."""
+    for preset in ("quick", "full", "paper"):
+        with pytest.raises(ParamError, match="frontier_coef"):
+            jsae.Params.resolve(preset, jac_coef=3.0)
+    page = (Path(__file__).resolve().parents[1] / "notebooks" / "jsae.ipynb").read_text()
+    examples = re.findall(r"companion run jsae((?: -p \w+=[\w.]+)+)", page)
+    assert examples
+    for example in examples:
+        overrides = dict(arg.split("=") for arg in example.split(" -p ")[1:])
+        p = jsae.Params.resolve("quick", **{k: (int if k == "seeds" else float)(v) for k, v in overrides.items()})
+        assert p.frontier_coef > p.jac_coef
+
+
 def test_params_presets_resolve():
     for preset in ("quick", "full"):
         p = jsae.Params.resolve(preset)
@@ -381,7 +398,8 @@ def test_claims_read_the_conditions_controls_and_every_seed_rows_take_the_worst_
     assert v["l1l2-sparser-every"].kind == "every" and len(v["l1l2-sparser-every"].controls[0].per_seed) == 3
     assert v["jac-exact"].value == 3e-7 and v["jac-exact"].per_seed == (1e-7, 3e-7, 2e-7)
     assert "jac-speedup" not in v
-    assert {c.id for c in jsae.CLAIMS if c.role == "check"} == {"ce-kept", "ce-jsae", "fvu-jsae", "jac-exact"}
+    checks = {c.id for c in jsae.CLAIMS if c.role == "check"}
+    assert checks == {"ce-kept", "ce-jsae", "fvu-jsae", "jac-exact", "frontier"}
     assert all(c.kind != "exact" for c in jsae.CLAIMS)  # every worst-seed row keeps its seeds
     m = ex.metrics(_results(ROWS))
     assert m["jsae.dead_out"] == 0.5 and m["sae.dead_in"] == 0.3 and m["jsae-random.dead_in"] == 0.0
@@ -390,35 +408,32 @@ def test_claims_read_the_conditions_controls_and_every_seed_rows_take_the_worst_
     assert table.loc[("jac-sparser-every", "control sae-twin")].tolist() == pytest.approx(list(twin.per_seed))
 
 
-def test_frontier_is_the_smallest_fall_and_its_lambda0_control_can_hold():
+def test_frontier_is_the_smallest_fall_and_a_check_without_controls():
     """The frontier row takes, per seed, the smallest of the four successive falls (frac and CE along lambda = 0, 1,
-    3); three lambda = 0 pairs in the same order are its control, which holds when the seeds alone order them."""
+    3). It is a check: where the CE fall from lambda 0 to 1 is the smallest, its value is minus ce-kept in that
+    seed, so it says nothing beyond ce-kept; it carries no control."""
     v = {x.id: x for x in jsae.check(_results(ROWS))}
     front = v["frontier"]  # CE falls 0.02 then 0.05; frac falls at least 0.17 per step
+    assert front.role == "check" and front.kind == "every" and front.controls == ()
     np.testing.assert_allclose(front.per_seed, [0.02, 0.02, 0.02], atol=1e-12)
-    lam0 = front.controls[0]  # sae -> twin -> twin2: CE 0.97 -> 0.965 -> 0.972 rises at the second step
-    np.testing.assert_allclose(lam0.per_seed, [-0.01, -0.01, -0.02], atol=1e-12)
-    assert front.verdict == "HOLDS" and lam0.verdict == "FAILS" and front.discriminates
-    ordered = {**CE, "sae-twin2": 0.96}
-    rows = [list(r) for r in ROWS]
-    for r in rows:  # the twins ordered like the penalised pairs: each below the last on both metrics
-        r[2], r[3] = (r[0][0] - 0.01, r[2][1]), (r[0][0] - 0.02, r[3][1])
-    v = {x.id: x for x in jsae.check(_results(rows, ordered))}
-    assert v["frontier"].controls[0].verdict == "HOLDS" and not v["frontier"].discriminates
+    np.testing.assert_allclose(front.per_seed, [-x for x in v["ce-kept"].per_seed], atol=1e-12)
+    assert front.verdict == "HOLDS"
     v = {x.id: x for x in jsae.check(_results(ROWS, {**CE, "jsae": 0.98}))}  # CE rises at lambda = 1
     assert v["frontier"].verdict == "FAILS" and v["frontier"].value == pytest.approx(-0.01)
     assert np.isnan(ex.frontier_falls([np.array([0.9]), np.array([0.5]), np.array([0.3])],
                                       [np.array([0.9]), np.array([np.nan]), np.array([0.8])])[0])
+    assert "frontier" not in set(claims.seed_table(list(v.values()), [0, 1, 2]).index.get_level_values(0))
 
 
 def test_conditions_carry_their_seed_offsets():
     p = jsae.Params.resolve("quick")
-    assert ex.random_conditions(p) == [("jsae-random", 1.0, ex.RANDOM_LM_SEED), ("sae-random", 0.0, ex.RANDOM_LM_SEED),
-                                       ("jsae-random2", 1.0, ex.RANDOM_LM2_SEED), ("sae-random2", 0.0, ex.RANDOM_LM2_SEED)]
-    trained = {name: (lam, off) for name, lam, off in ex.trained_conditions(p)}
-    assert trained == {"sae": (0.0, 0), "jsae": (1.0, 0), "sae-twin": (0.0, ex.TWIN_SEED),
-                       "jsae-hi": (3.0, 0), "sae-twin2": (0.0, ex.TWIN2_SEED)}
-    assert set(ex.CONDITIONS) == set(trained) | {name for name, _, _ in ex.random_conditions(p)}
+    rnd = ex.random_conditions(p)
+    assert rnd == [("jsae-random", 1.0, 0, ex.RANDOM_LM_SEED), ("sae-random", 0.0, 0, ex.RANDOM_LM_SEED),
+                   ("jsae-random2", 1.0, 0, ex.RANDOM_LM2_SEED), ("sae-random2", 0.0, 0, ex.RANDOM_LM2_SEED)]
+    trained = {c.name: (c.lam, c.sae_offset, c.lm_offset) for c in ex.trained_conditions(p)}
+    assert trained == {"sae": (0.0, 0, None), "jsae": (1.0, 0, None), "sae-twin": (0.0, ex.TWIN_SEED, None),
+                       "jsae-hi": (3.0, 0, None), "sae-twin2": (0.0, ex.TWIN2_SEED, None)}
+    assert set(ex.CONDITIONS) == set(trained) | {c.name for c in rnd}
     from companion.papers.jsae import plots
 
     assert set(plots.LABELS) == set(ex.CONDITIONS)

@@ -11,8 +11,8 @@ cached weight products P = W_dec^x W_in and Q = W_out W_enc^y, so the penalty is
 Reproduced here at toy scale, on CPU: a byte-level 2-layer GPT-2 trained on standard-library
 docstrings (and the same architecture left at its random initialisation); a traditional SAE pair
 vs a JSAE pair on its last MLP; the paper's threshold sparsity metric and a scale-free one, the
-CE-loss score and FVU; the lambda trade-off at lambda = 0, 1, 3 in every seed against three lambda = 0
-pairs; the efficient Jacobian checked against ``torch.func.jacrev`` and timed. The
+CE-loss score and FVU; the lambda trade-off at lambda = 0, 1, 3 in every seed (a check); the efficient
+Jacobian checked against ``torch.func.jacrev`` and timed. The
 ``paper`` preset runs the same pipeline on a local Pythia checkpoint and corpus (:mod:`.paper_preset`).
 This module holds the declarations; the experiment (:mod:`.experiment`) and the figures
 (:mod:`.plots`) load on first use.
@@ -37,12 +37,14 @@ from companion.params import BaseParams, ParamError, local_default, param, requi
 
 SLUG = "jsae"
 PAPER_PRESET = ("the paper's setting on a local GPT-NeoX/Pythia checkpoint (model_path) and a local text corpus "
-                "(data_path, e.g. the uncopyrighted Pile): an SAE pair and a JSAE on one MLP with the official "
-                "Pythia-70m settings (layer 3, 32x expansion, k 32, lambda 1, 300 M token-steps), the same "
-                "architecture re-initialised twice (the baseline and its control); two deviations from the official "
-                "code: activations normalised to unit mean-square norm (the official code forbids it), and the "
-                "300 M token-steps drawn with replacement from a pool of n_tokens activations (the paper streams one "
-                "epoch); needs a GPU; smoke=true runs it on 4096 tokens")
+                "(data_path, e.g. the uncopyrighted Pile), on one MLP with the official Pythia-70m settings (layer 3, "
+                "32x expansion, k 32, lambda 1, 300 M token-steps per pair): per seed, nine pairs, each trained for "
+                "the full token budget: on the checkpoint an SAE pair, a JSAE, a twin SAE pair, a JSAE at "
+                "frontier_coef (lambda 3) and a second twin SAE pair; on the architecture re-initialised per seed "
+                "(twice: the random baseline and its control) a JSAE and an SAE pair each; so 9 x seeds pairs in "
+                "all; two deviations from the official code: activations normalised to unit mean-square norm (the "
+                "official code forbids it), and each pair's 300 M token-steps drawn with replacement from a pool of "
+                "n_tokens activations (the paper streams one epoch); needs a GPU; smoke=true runs it on 4096 tokens")
 
 SOURCES = (
     Source("pythia-70m-deduped", "Pythia-70m-deduped, the paper's lambda-sweep model (Hugging Face format)",
@@ -69,10 +71,10 @@ class Params(BaseParams):
     k: int = param(8, lo=4, hi=64, help="active latents per token (TopK)")
     jac_coef: float = param(1.0, lo=0.0, hi=100.0, help="Jacobian penalty coefficient lambda")
     frontier_coef: float = param(3.0, lo=0.01, hi=100.0,
-                                 help="the larger lambda of the frontier finding (a third pair per seed, > jac_coef)")
+                                 help="the larger lambda of the frontier check (a third pair per seed, > jac_coef)")
     sweep_coefs: tuple[float, ...] = param((), lo=0.0, hi=100.0, min_len=0,
                                            help="extra lambdas for the trade-off figure (base seed only)")
-    sae_steps: int = param(400, lo=200, hi=200_000, help="SAE training steps")
+    sae_steps: int = param(450, lo=200, hi=200_000, help="SAE training steps")
     sae_lr: float = param(1e-3, lo=1e-4, hi=3e-3, help="Adam learning rate of the SAEs")
     sae_batch: int = param(256, lo=128, hi=4096, help="tokens per SAE step")
     thresholds: tuple[float, ...] = param((0.005, 0.01, 0.02, 0.05), lo=1e-6, hi=1.0,
@@ -100,6 +102,9 @@ class Params(BaseParams):
     }
 
     def __post_init__(self) -> None:
+        if self.frontier_coef <= self.jac_coef:
+            raise ParamError(f"parameter 'frontier_coef': {self.frontier_coef} is out of range; "
+                             f"allowed: > jac_coef = {self.jac_coef}")
         if self.preset == "paper":
             from companion.papers.jsae.paper_preset import checkpoint_problem
 
@@ -117,15 +122,12 @@ class Params(BaseParams):
         if not 2 <= self.d_mlp / self.d_model <= 8:
             raise ParamError(f"parameter 'd_mlp': {self.d_mlp} is out of range; "
                              f"allowed: 2-8 x d_model = [{2 * self.d_model}, {8 * self.d_model}]")
-        if self.frontier_coef <= self.jac_coef:
-            raise ParamError(f"parameter 'frontier_coef': {self.frontier_coef} is out of range; "
-                             f"allowed: > jac_coef = {self.jac_coef}")
         if self.k > self.expansion * self.d_model:
             raise ParamError(f"parameter 'k': {self.k} is out of range; allowed: <= n latents")
 
 
 TWIN = "sae-twin"  # control: a traditional pair from an independent SAE seed (same activations) in place of the JSAE
-TWIN2 = "sae-twin2"  # a third traditional pair from a third SAE seed: with the first two, the frontier's lambda = 0 control
+TWIN2 = "sae-twin2"  # a third traditional pair from a third SAE seed (lambda = 0 beside the frontier check's pairs)
 HI = "jsae-hi"  # a JSAE at the larger lambda ``frontier_coef``: the third point of the frontier
 PAPER_FIG1 = "6.2 % vs 58.3 % of entries, ratio 0.11 (Pythia-410m L15, Fig. 1)"
 PAPER_FRONTIER = "both fall as lambda grows (Pythia-70m lambda sweep, tradeoff_reconst_jac figure)"
@@ -140,8 +142,9 @@ CLAIMS: list[Claim] = [
           "(>= 0.05); controls: an independently seeded traditional pair in place of the JSAE, and the same "
           "difference on the random LM (claim 4)", "not reported (our scale-free check); " + PAPER_RANDOM, 0.05,
           ">=", controls=(TWIN, "random")),
-    Claim("l1l2-sparser-every", "the same difference in every seed: the smallest over seeds (>= 0.05); control as "
-          "above", "not reported (our scale-free check)", 0.05, ">=", kind="every", controls=(TWIN,)),
+    Claim("l1l2-sparser-every", "the same difference in every seed: the smallest over seeds (>= 0.05); control: "
+          "the independently seeded traditional pair in place of the JSAE", "not reported (our scale-free check)",
+          0.05, ">=", kind="every", controls=(TWIN,)),
     Claim("penalty-drop", "frac |J| > 0.01 removed by the penalty on the trained LM: SAE minus JSAE (>= 0.15, "
           "the spec's trained-vs-random margin); controls: the same difference on the random LM (claim 4), and "
           "an independently seeded traditional pair in place of the JSAE", PAPER_RANDOM, 0.15, ">=",
@@ -153,11 +156,11 @@ CLAIMS: list[Claim] = [
     Claim("drop-vs-random-l1l2", "the same paired difference on the scale-free l1/(k l2) (>= 0.05, the bar of "
           "l1l2-sparser); control: the same between the two random LMs", "not reported (our scale-free check); "
           + PAPER_RANDOM, 0.05, ">=", controls=("random2",)),
-    Claim("frontier", "the lambda trade-off is monotone in every seed: along lambda = 0, jac_coef, frontier_coef "
-          "(0, 1, 3) on the trained LM, the smallest of the four successive falls, of frac |J| > 0.01 and of the "
-          "CE-loss score (>= 0: neither rises at any step); control: three traditional pairs from independent SAE "
-          "seeds in place of the three lambdas (lambda = 0 repeated)", PAPER_FRONTIER, 0.0, ">=", kind="every",
-          controls=("lambda0",)),
+    Claim("frontier", "check, not evidence: the lambda trade-off is monotone in every seed: along lambda = 0, "
+          "jac_coef, frontier_coef (0, 1, 3) on the trained LM, the smallest of the four successive falls, of frac "
+          "|J| > 0.01 and of the CE-loss score (>= 0: neither rises at any step); in practice the CE fall from "
+          "lambda 0 to 1 sets it, so it repeats minus ce-kept, and it passes whatever the CE cost", PAPER_FRONTIER,
+          0.0, ">=", kind="every", role="check"),
     Claim("ce-kept", "precondition, the JSAE still splices: CE-loss score, JSAE minus SAE (>= -0.15, the spec's "
           "bar, looser than the paper's few points)", "a drop of a few points (Pythia-70m lambda sweep)", -0.15,
           ">=", role="check"),

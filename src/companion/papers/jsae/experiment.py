@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -507,26 +507,37 @@ def _job(params: Params, kind: str, seed: int, lam: float, state: dict[str, Tens
                     sae_seed=sae_seed + seed)
 
 
-def trained_conditions(params: Params) -> list[tuple[str, float, int]]:
-    """The (condition, lambda, SAE-seed offset) triples run on the trained LM, per seed: the traditional pair and
-    the JSAE, the twin traditional pair (their control), the frontier's JSAE at ``frontier_coef`` and the second
-    twin (with the first two pairs at lambda = 0, the frontier's control)."""
-    return [("sae", 0.0, 0), ("jsae", params.jac_coef, 0), (TWIN, 0.0, TWIN_SEED),
-            (HI, params.frontier_coef, 0), (TWIN2, 0.0, TWIN2_SEED)]
+class Condition(NamedTuple):
+    """One pair trained per seed: its name, its lambda, the offset added to the seed for its SAEs and, on a random
+    LM, the offset added to the seed for that LM's initialisation (``None``: the trained LM)."""
+
+    name: str
+    lam: float
+    sae_offset: int = 0
+    lm_offset: int | None = None
 
 
-def random_conditions(params: Params) -> list[tuple[str, float, int]]:
-    """The (condition, lambda, LM-seed offset) triples run on the random LMs: the first LM's, then the second's."""
+def trained_conditions(params: Params) -> list[Condition]:
+    """The pairs run on the trained LM, per seed: the traditional pair and the JSAE, the twin traditional pair (their
+    control), the frontier check's JSAE at ``frontier_coef`` and the second twin (lambda = 0 beside them)."""
+    return [Condition("sae", 0.0), Condition("jsae", params.jac_coef), Condition(TWIN, 0.0, TWIN_SEED),
+            Condition(HI, params.frontier_coef), Condition(TWIN2, 0.0, TWIN2_SEED)]
+
+
+def random_conditions(params: Params) -> list[Condition]:
+    """The pairs run on the random LMs, per seed (SAE seed offset 0): the first LM's, then the second's."""
     if not params.run_random_baseline:
         return []
-    first = [("jsae-random", params.jac_coef, RANDOM_LM_SEED)]
-    first += [("sae-random", 0.0, RANDOM_LM_SEED)] * params.random_traditional
-    return first + [("jsae-random2", params.jac_coef, RANDOM_LM2_SEED),
-                    ("sae-random2", 0.0, RANDOM_LM2_SEED)] * params.second_random
+    first = [Condition("jsae-random", params.jac_coef, 0, RANDOM_LM_SEED)]
+    first += [Condition("sae-random", 0.0, 0, RANDOM_LM_SEED)] * params.random_traditional
+    return first + [Condition("jsae-random2", params.jac_coef, 0, RANDOM_LM2_SEED),
+                    Condition("sae-random2", 0.0, 0, RANDOM_LM2_SEED)] * params.second_random
 
 
 def run(params: Params, workers: int | None = None) -> Results:
-    """Train one LM from the base seed, then per seed a traditional pair and a JSAE on it and on a random LM.
+    """Train one LM from the base seed, then per seed nine pairs: on it a traditional pair, a JSAE, a twin traditional
+    pair, a JSAE at ``frontier_coef`` and a second twin (:func:`trained_conditions`); on each of two random LMs a JSAE
+    and a traditional pair (:func:`random_conditions`).
 
     As in the paper, the claims are about SAEs trained on one given model: the seeds vary the SAEs
     (initialisation, batches, training tokens) and the random LM, and the LM is drawn from the base
@@ -543,10 +554,11 @@ def run(params: Params, workers: int | None = None) -> Results:
     runtime.limit_threads(workers or runtime.cores())
     loss, lm_steps, state = train_lm(params)
     runtime.limit_threads(1)
-    jobs = [(params, name, s, lam, state, RANDOM_LM_SEED, off)
-            for s in seeds for name, lam, off in trained_conditions(params)]
+    jobs = [(params, c.name, s, c.lam, state, RANDOM_LM_SEED, c.sae_offset)
+            for s in seeds for c in trained_conditions(params)]
     jobs += [(params, "sweep", params.seed, lam, state, RANDOM_LM_SEED, 0) for lam in params.sweep_coefs]
-    jobs += [(params, name, s, lam, None, off, 0) for name, lam, off in random_conditions(params) for s in seeds]
+    jobs += [(params, c.name, s, c.lam, None, c.lm_offset, c.sae_offset) for c in random_conditions(params)
+             for s in seeds]
     # Jacobian-penalised pairs cost about 2.5x a traditional pair: start them first to balance the workers.
     jobs.sort(key=lambda job: job[3] == 0)
     bar = tqdm(total=len(jobs), desc="jsae pairs", disable=None, leave=False)
@@ -582,7 +594,7 @@ def assemble(params: Params, lm_loss: float, lm_steps: int, keys: list[tuple[str
 
 # --- claims, metrics, tables -------------------------------------------------------------------
 
-def _per(results: Results, cond: str, attr: str) -> list[float]:
+def per_seed_metric(results: Results, cond: str, attr: str) -> list[float]:
     """One metric of one condition, per seed (NaN where the condition was not run)."""
     return [getattr(row[cond], attr) if cond in row else float("nan") for row in results.per_seed]
 
@@ -600,20 +612,19 @@ def claim_values(results: Results) -> dict[str, list[float]]:
     The twin control trains another traditional pair per seed, from another SAE seed on the same
     activations: the same measurement with lambda = 0 in place of lambda. The random2 control repeats the
     paired trained-vs-random difference between the random LM and a second, independently initialised
-    one. The frontier's control (lambda0) reads three traditional pairs from independent SAE seeds in place of
-    the pairs at lambda = 0, jac_coef and frontier_coef. The speed-up of the efficient Jacobian is a timing:
-    reported in :func:`metrics` and gated in ``benchmarks/bench_jsae.py``, never a verdict line (a loaded
-    machine moves it)."""
-    frac = {c: np.array(_per(results, c, "frac01")) for c in CONDITIONS}
-    l1l2 = {c: np.array(_per(results, c, "l1l2")) for c in CONDITIONS}
-    ce = {c: np.array(_per(results, c, "ce")) for c in CONDITIONS}
-    fvu_worst = np.maximum(_per(results, "jsae", "fvu_in"), _per(results, "jsae", "fvu_out"))
+    one. The frontier check has no control (a check: its CE fall from lambda 0 to 1 repeats ce-kept). The speed-up
+    of the efficient Jacobian is a timing: reported in :func:`metrics` and gated in ``benchmarks/bench_jsae.py``,
+    never a verdict line (a loaded machine moves it)."""
+    frac = {c: np.array(per_seed_metric(results, c, "frac01")) for c in CONDITIONS}
+    l1l2 = {c: np.array(per_seed_metric(results, c, "l1l2")) for c in CONDITIONS}
+    ce = {c: np.array(per_seed_metric(results, c, "ce")) for c in CONDITIONS}
+    fvu_worst = np.maximum(per_seed_metric(results, "jsae", "fvu_in"), per_seed_metric(results, "jsae", "fvu_out"))
     sae, js, tw = frac["sae"], frac["jsae"], frac[TWIN]
     ratio, ratio_c = list(js / sae), list(tw / sae)
     gap, gap_c = list(l1l2["sae"] - l1l2["jsae"]), list(l1l2["sae"] - l1l2[TWIN])
     drop = {m: {lm: v[f"sae{lm}"] - v[f"jsae{lm}"] for lm in ("", "-random", "-random2")}
             for m, v in (("frac", frac), ("l1l2", l1l2))}
-    lams, zeros = ("sae", "jsae", HI), ("sae", TWIN, TWIN2)
+    lams = ("sae", "jsae", HI)
     return {"jac-sparser": ratio, f"jac-sparser@{TWIN}": ratio_c,
             "jac-sparser-every": ratio, f"jac-sparser-every@{TWIN}": ratio_c,
             "l1l2-sparser": gap, f"l1l2-sparser@{TWIN}": gap_c,
@@ -626,7 +637,6 @@ def claim_values(results: Results) -> dict[str, list[float]]:
             "drop-vs-random-l1l2": list(drop["l1l2"][""] - drop["l1l2"]["-random"]),
             "drop-vs-random-l1l2@random2": list(drop["l1l2"]["-random"] - drop["l1l2"]["-random2"]),
             "frontier": list(frontier_falls([frac[c] for c in lams], [ce[c] for c in lams])),
-            "frontier@lambda0": list(frontier_falls([frac[c] for c in zeros], [ce[c] for c in zeros])),
             "ce-kept": list(ce["jsae"] - ce["sae"]), "ce-jsae": list(ce["jsae"]), "fvu-jsae": list(fvu_worst),
             "jac-exact": list(results.exact_err)}
 
@@ -651,7 +661,7 @@ def metrics(results: Results) -> dict[str, float]:
                              "ce_zero_out": results.ce_base["zero_out"]}
     for cond in results.per_seed[0]:
         for attr in ("frac01", "l1l2", "fvu_in", "fvu_out", "dead_in", "dead_out", "ce", "affine_r2", "train_s"):
-            vals = [v for v in _per(results, cond, attr) if np.isfinite(v)]
+            vals = [v for v in per_seed_metric(results, cond, attr) if np.isfinite(v)]
             if vals:
                 out[f"{cond}.{attr}"] = float(np.mean(vals))
     for lam, ev in results.sweep:

@@ -124,7 +124,8 @@ def reinitialised(model: GPTNeoXForCausalLM, seed: int) -> GPTNeoXForCausalLM:
 
 def run_paper(params: Params) -> Results:
     """Trained checkpoint: per seed the pairs of :func:`.experiment.trained_conditions` (SAE pair, JSAE, twin SAE
-    pair, frontier JSAE, second twin); two re-initialised copies: a JSAE and a pair on each; the sweep."""
+    pair, frontier JSAE, second twin); two copies re-initialised per seed: a JSAE and a pair on each; the sweep.
+    Every pair trains for the full ``sae_steps``."""
     from companion.papers.jsae import experiment as jsae
 
     if params.smoke:
@@ -145,23 +146,23 @@ def run_paper(params: Params) -> Results:
 
     keys, out = [], []
     for seed in params.seed_list():
-        for name, lam, offset in jsae.trained_conditions(params):
-            keys.append((name, seed, lam))
-            out.append(jsae.fit_job(acts, params, offset + seed, lam, ce, base,
-                                    keep_jac=seed == params.seed and name in ("sae", "jsae"),
-                                    check=name == "jsae", full_map=False))
+        for c in jsae.trained_conditions(params):
+            keys.append((c.name, seed, c.lam))
+            out.append(jsae.fit_job(acts, params, c.sae_offset + seed, c.lam, ce, base,
+                                    keep_jac=seed == params.seed and c.name in ("sae", "jsae"),
+                                    check=c.name == "jsae", full_map=False))
     for lam in params.sweep_coefs:
         keys.append(("sweep", params.seed, lam))
         out.append(jsae.fit_job(acts, params, params.seed, lam, ce, base))
     conds = jsae.random_conditions(params)
-    for lm_offset in dict.fromkeys(offset for _, _, offset in conds):  # each random LM, in order
+    for lm_offset in dict.fromkeys(c.lm_offset for c in conds):  # each random LM, in order
         for seed in params.seed_list():
             rand = reinitialised(model, lm_offset + seed)
             r_acts = jsae.collect(rand, params.hook_layer, train_w, eval_w, params.normalize_acts, act)
-            for name, lam, offset in conds:
-                if offset == lm_offset:
-                    keys.append((name, seed, lam))
-                    out.append(jsae.fit_job(r_acts, params, seed, lam, None, {}))
+            for c in conds:
+                if c.lm_offset == lm_offset:
+                    keys.append((c.name, seed, c.lam))
+                    out.append(jsae.fit_job(r_acts, params, c.sae_offset + seed, c.lam, None, {}))
             del rand, r_acts
     n_lm = sum(p.numel() for p in model.parameters())
     source = (f"local GPT-NeoX checkpoint at model_path ({n_lm / 1e6:.1f} M parameters, "

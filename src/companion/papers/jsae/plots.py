@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from companion.papers.jsae import HI, TWIN, TWIN2
-from companion.papers.jsae.experiment import CLAIM_TAU, Results, _per
+from companion.papers.jsae.experiment import CLAIM_TAU, Results, per_seed_metric
 from companion.plotting import figure
 
 # --- figures -----------------------------------------------------------------------------------
@@ -41,7 +41,7 @@ def plot_sparsity_bars(results: Results) -> Figure:
     for c, cond in enumerate(conds):
         fr = np.array([row[cond].frac for row in results.per_seed])
         ax_f.bar(np.arange(len(taus)) + c * width, fr.mean(0), width, yerr=fr.std(0), label=LABELS[cond])
-        l12 = _per(results, cond, "l1l2")
+        l12 = per_seed_metric(results, cond, "l1l2")
         ax_l.bar(c, np.mean(l12), 0.7, yerr=np.std(l12))
     ax_f.set(xticks=np.arange(len(taus)) + 0.4 - width / 2, xticklabels=[f"{t:g}" for t in taus],
              xlabel="threshold tau", ylabel="fraction |J| > tau", title="threshold metric (paper)")
@@ -68,8 +68,8 @@ def plot_example_jacobians(results: Results) -> Figure:
 
 def plot_tradeoff(results: Results) -> Figure:
     """CE-loss score (x) vs fraction |J| > 0.01 (y): every seed's pairs at lambda = 0, jac_coef and frontier_coef
-    (the frontier finding) and the sweep's pairs, coloured by lambda; the two twin pairs (lambda = 0, the
-    frontier's control) as crosses."""
+    (the frontier check) and the sweep's pairs, coloured by lambda; the two twin pairs (lambda = 0, other SAE seeds)
+    as crosses."""
     fig, (ax,) = figure(1, 1, 4.5, 3.0)
     p = results.params
     points = [(lam, row[c]) for row in results.per_seed for c, lam in (("sae", 0.0), ("jsae", p.jac_coef),
@@ -80,7 +80,7 @@ def plot_tradeoff(results: Results) -> Figure:
         ax.scatter([e.ce for e in sel], [e.frac01 for e in sel], label=f"lambda = {lam:g}")
     twins = [row[c] for row in results.per_seed for c in (TWIN, TWIN2) if c in row]
     ax.scatter([e.ce for e in twins], [e.frac01 for e in twins], marker="x", color="k",
-               label="lambda = 0, twin pairs (control)")
+               label="lambda = 0, twin pairs")
     ax.set(xlabel="CE-loss score (1 = perfect splice)", ylabel="fraction |J| > 0.01",
            title="sparsity / fidelity trade-off")
     ax.legend(fontsize=6)
