@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_a_changed_constant_stales_exactly_the_papers_that_run_it(tree):
 
 def test_a_threshold_moves_the_verdict_key_only(tree):
     before = both("fdiv-losses")
-    edit(tree / "papers" / "fdiv_losses" / "__init__.py", '"(our sanity floor)", 0.85, ">="', '"(our sanity floor)", 0.8, ">="')
+    edit(tree / "papers" / "fdiv_losses" / "__init__.py", '"bisection, ~-0.30 per step", -0.2, "<="',
+         '"bisection, ~-0.30 per step", -0.25, "<="')
     code, verdict = both("fdiv-losses")
     assert code == before[0] and verdict != before[1]
 
@@ -111,3 +113,21 @@ def test_imports_inside_functions_are_followed(tree):
         "def f():\n    from companion.models import causal_lm\n    return causal_lm\n")
     modules, _ = keys.closure(["companion.papers.fdiv_losses"], "companion.papers.fdiv_losses")
     assert "companion.models.causal_lm" in modules
+
+
+def test_a_page_reading_its_records_through_evidence_keeps_the_key_evidence_recomputes():
+    """A kernel that imports ``companion.evidence`` also loads the numerics profile and the runner; none of
+    them may widen the stored key, or ``evidence`` (which cannot see the kernel's imports) calls the record
+    stale the moment it is stored (fdiv-losses' records were, before numerics joined NOT_RESULTS)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, json; import companion.evidence; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('companion'))))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout)
+    paper = registry.get("fdiv-losses")
+    params = paper.module().Params.resolve("quick").key_dict()
+    covered = keys.keys_of(paper.module_name, paper.notebook(registry.project_root()), params).modules
+    assert "companion.numerics" in loaded
+    assert keys.uncovered(loaded, covered) == []

@@ -39,10 +39,13 @@ PATH_SUFFIXES = ("_path", "_dir")
 PACKAGE_ROOT = Path(__file__).resolve().parent
 # Framework modules that decide no result: the paper list, the commands, the book, the keys
 # themselves. A paper's code may reach them (params asks the registry for the project root), but
-# registering another paper or editing the book must not make this paper's records stale.
+# registering another paper or editing the book must not make this paper's records stale. The numerics
+# profile acts through environment variables, which the cache key and the provenance carry; its source
+# is not a result (a page that reads its full record through ``evidence`` imports it at run time, and
+# the key that ``evidence`` recomputes must be the key the run stored).
 NOT_RESULTS = frozenset(f"companion.{m}" for m in ("registry", "cli", "runner", "sweep", "book", "keys",
                                                    "bench", "evidence", "executor", "fetch", "kernelspec",
-                                                   "environment"))
+                                                   "environment", "numerics", "fingerprint"))
 # Figure style and panel helpers: they draw the page's figures and compute no claim value or metric,
 # so a restyle re-draws the figures at the next store instead of staling every record.
 FIGURE_MODULES = frozenset({"companion.plotting"})
