@@ -217,7 +217,7 @@ def test_controls_put_their_scorer_in_self_refs_place(two_seeds):
     np.testing.assert_allclose(vals["route-auc-vs-random@msp-sft"], m["auc_sft"] - m["auc_random_sft"])
     items = np.asarray(vals["route-vs-msp"]) * m["n_test"].to_numpy()
     np.testing.assert_allclose(items, items.round(), atol=1e-6)  # a gain is a whole number of test items
-    assert vals["route-vs-msp-every-seed"] == items.round().min()
+    assert vals["route-vs-msp-every-seed"] == items.round().tolist()
     # the op-only score is constant within an operation: its within-op AUROC is 1/2 wherever both classes occur
     o = res.seeds[0]
     assert all(len(np.unique(o.conditions["sharp"].op_only[o.op == k])) == 1 for k in np.unique(o.op))

@@ -273,13 +273,13 @@ def test_every_seed_rows_are_exact_worst_seed_values() -> None:
     values = sp.seed_claim_values(per_seed)
     verdicts = {v.id: v for v in evaluate_all(sp.CLAIMS, values)}
     every = verdicts["jpeg75-recall-every"]
-    assert every.kind == "exact" and every.interval is None
+    assert every.kind == "every" and every.interval is None and every.per_seed == pytest.approx(gains)
     assert every.value == pytest.approx(-0.05) and every.verdict == "FAILS"
     mean = verdicts["jpeg75-recall"]
     assert mean.kind == "statistical" and len(mean.per_seed) == 3 and mean.interval is not None
     assert verdicts["clean-ap-cost-every"].value == pytest.approx(-0.01)
     assert verdicts["clean-ap-cost-every"].verdict == "HOLDS"
-    assert set(sp.EVERY_SEED) <= {c.id for c in sp.CLAIMS if c.kind == "exact"}
+    assert set(sp.EVERY_SEED) <= {c.id for c in sp.CLAIMS if c.kind == "every"}
 
 
 def test_no_jpeg_world_shares_the_fakes_and_drops_only_the_jpeg_of_the_reals() -> None:
@@ -310,7 +310,7 @@ def test_signed_parts_add_up_to_the_logit() -> None:
 
 def test_controls_come_from_lp_and_from_the_no_jpeg_world() -> None:
     """Each finding's controls: LP in SP's place, and the same metric on the no-JPEG world's heads
-    (worst seed for the every-seed row); without a control world they are NaN, never the main values."""
+    (the every-seed row judged on its worst seed); without a control world they are NaN, never the main values."""
     from companion.claims import evaluate_all
 
     def head(tpr75: float, ap16: float) -> dict:
@@ -324,9 +324,10 @@ def test_controls_come_from_lp_and_from_the_no_jpeg_world() -> None:
     values = sp.seed_claim_values(per_seed)
     assert values["jpeg75-recall@lp"] == pytest.approx([0.0, 0.01, 0.02])
     assert values["jpeg75-recall@no-jpeg"] == pytest.approx([0.0, -0.02, -0.04])
-    assert values["jpeg75-recall-every@no-jpeg"] == pytest.approx(-0.04)
+    assert values["jpeg75-recall-every@no-jpeg"] == values["jpeg75-recall@no-jpeg"]
     assert values["inpaint16-ap@no-jpeg"] == pytest.approx([0.25] * 3)
     verdicts = {v.id: v for v in evaluate_all(sp.CLAIMS, values)}
+    assert verdicts["jpeg75-recall-every"].controls[0].value == pytest.approx(-0.04)
     assert verdicts["inpaint16-ap"].verdict == "HOLDS" and not verdicts["inpaint16-ap"].discriminates
     assert verdicts["jpeg75-recall"].discriminates  # holds; LP and the no-JPEG world both fail
     for s in per_seed:

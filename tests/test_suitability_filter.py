@@ -218,17 +218,20 @@ def test_params_reject_bad_values() -> None:
     assert dataclasses.asdict(full)["n_folds"] == 15
 
 
-def test_claims_are_pooled_over_seeds_and_exact() -> None:
+def test_claims_are_pooled_over_seeds_and_the_every_seed_row_keeps_each_seed() -> None:
     res = sf.run(sf.Params.resolve("quick", **(TINY | {"seeds": 2})))
     values, verdicts = sf.claim_values(res), sf.check(res)
-    assert all(v.kind == "exact" and v.interval is None for v in verdicts)
+    assert all(v.kind == ("every" if v.id == "roc-auc-every-seed" else "exact") and v.interval is None
+               for v in verdicts)
     pooled = sf.Experiments.of(res.seeds)
     assert pooled.diff.size == sum(s.acc_diff.size for s in res.seeds)
     gt = pooled.diff >= 0
     # the pooled ROC AUC is that of the concatenated experiments, not the mean of the seeds' AUCs
     assert values["roc-auc"] == pytest.approx(sf.decision_metrics(pooled.pvals["all"], gt, sf.ALPHA)["roc"])
     per_seed = [sf.seed_claim_values(s, res.params.bin_width)["roc-auc"] for s in res.seeds]
-    assert values["roc-auc-every-seed"] == min(per_seed)
+    assert values["roc-auc-every-seed"] == per_seed
+    every = {v.id: v for v in verdicts}["roc-auc-every-seed"]
+    assert every.value == min(per_seed) and all(len(c.per_seed) == 2 for c in every.controls)
     spread = sf.claim_spread(res)
     assert [spread.loc[("roc-auc", "filter"), f"seed {s.seed}"] for s in res.seeds] == per_seed
     table = sf.settings_table(res)

@@ -135,16 +135,16 @@ CLAIMS = [
           "10 queries with the distances averaged (AvgDist n = 10) minus the same n = 1 AUC", AVERAGING, 0.08, ">=",
           controls=("avg-distances",)),
     Claim("averaging-gain-every", "AUC(n = 10) - AUC(n = 1) >= 0 in every seed (the smallest per-seed gain); "
-          "control: AvgDist n = 10 in its place", AVERAGING, 0.0, ">=", kind="exact",
+          "control: AvgDist n = 10 in its place", AVERAGING, 0.0, ">=", kind="every",
           controls=("avg-distances",)),
     Claim("blackbox-auc", "ReDiffuse (n = 10) AUC >= 0.70 (mean over seeds); controls: one query (n = 1), "
           "AvgDist n = 10", BLACKBOX, 0.70, ">=", controls=("n1", "avg-distances")),
     Claim("blackbox-auc-every", "ReDiffuse (n = 10) AUC >= 0.70 in every seed (the worst seed); controls as "
-          "blackbox-auc", BLACKBOX, 0.70, ">=", kind="exact", controls=("n1", "avg-distances")),
+          "blackbox-auc", BLACKBOX, 0.70, ">=", kind="every", controls=("n1", "avg-distances")),
     Claim("blackbox-asr", "ReDiffuse (n = 10) ASR >= 0.65 (mean over seeds); controls as blackbox-auc", BLACKBOX,
           0.65, ">=", controls=("n1", "avg-distances")),
     Claim("blackbox-asr-every", "ReDiffuse (n = 10) ASR >= 0.65 in every seed (the worst seed); controls as "
-          "blackbox-auc", BLACKBOX, 0.65, ">=", kind="exact", controls=("n1", "avg-distances")),
+          "blackbox-auc", BLACKBOX, 0.65, ">=", kind="every", controls=("n1", "avg-distances")),
     Claim("rd-vs-loss", "AUC(ReDiffuse, n = 10) - AUC(Loss, t = 200, one draw, white-box) >= 0.05 (mean over "
           "seeds); controls: n = 1 and AvgDist n = 10 in ReDiffuse's place", PAPER, 0.05, ">=",
           controls=("n1", "avg-distances")),

@@ -112,7 +112,7 @@ CLAIMS = [
           "Self-REF's place", "RQ1, Fig. 2: best accuracy vs routing rate on all four datasets (numbers not "
           "retrieved; the 2 pp bar is the spec's)", 0.02, controls=BOTH),
     Claim("route-vs-msp-every-seed", "route-vs-msp's gain is positive in every seed: the worst seed gains >= 1 "
-          "test item; controls as route-vs-msp", "-", 1.0, kind="exact", controls=BOTH),
+          "test item; controls as route-vs-msp", "-", 1.0, kind="every", controls=BOTH),
     Claim("route-auc-vs-msp", "AUC-routing of Self-REF minus that of MSP (base) >= 0 (sharpened base); controls "
           "as route-vs-msp", "RQ1, Fig. 2 (numbers not retrieved)", 0.0, controls=BOTH),
     Claim("route-vs-sft", "At routing rate 0.3, Self-REF routing is >= 2 pp more accurate than routing by MSP "

@@ -16,7 +16,6 @@ from torch import nn
 from tqdm import tqdm
 
 from companion import runtime
-from companion.claims import worst
 from companion.papers.stay_positive import (BATCH, BOTH_Q, CLAIM_Q, CLAIMS, EVERY_SEED, FAKE, HEAD_BATCH, HEAD_NAMES,
                                             HEADS, LR_STAGE1, N_VAL, NO_JPEG, PARTS_SETS, REAL, Params)
 from companion.papers.stay_positive import photo_patches as pp
@@ -431,13 +430,14 @@ def control_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
 
 
 def seed_claim_values(per_seed: list[dict[str, Any]]) -> dict[str, float | list[float]]:
-    """Each statistical claim's and control's per-seed values; each "in every seed" row's one value (the worst seed)."""
+    """Each claim's and control's per-seed values; an "in every seed" row repeats its base row's (``claims``
+    judges its worst seed)."""
     out: dict[str, float | list[float]] = dict(seed_values(per_seed)) | control_values(per_seed)
     for row, base in EVERY_SEED.items():
         claim = next(c for c in CLAIMS if c.id == row)
-        out[row] = worst(out[base], claim.direction)
+        out[row] = out[base]
         for name in claim.controls:
-            out[claim.control_key(name)] = worst(out[f"{base}@{name}"], claim.direction)
+            out[claim.control_key(name)] = out[f"{base}@{name}"]
     return out
 
 

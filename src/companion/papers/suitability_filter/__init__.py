@@ -143,7 +143,7 @@ CLAIMS = [
     Claim("roc-auc", "ROC AUC of the score -p against the empirical ground truth (m = 0), pooled over seeds",
           "0.965-1.000 (Table 1)", 0.85, ">=", kind="exact", controls=BASELINES),
     Claim("roc-auc-every-seed", "ROC AUC in every seed: the smallest per-seed ROC AUC (worst seed, no interval)",
-          "0.969 +- 0.023 over 3 model seeds (FMoW ID, Table 1)", 0.80, ">=", kind="exact", controls=BASELINES),
+          "0.969 +- 0.023 over 3 model seeds (FMoW ID, Table 1)", 0.80, ">=", kind="every", controls=BASELINES),
     Claim("decision-acc", "Decision accuracy at alpha = 0.05, m = 0, pooled over seeds", "81.8-100% (Table 1)",
           0.70, ">=", kind="exact", controls=BASELINES),
     Claim("fpr", "False-positive rate (SUITABLE although Acc(D_u) < Acc(D_test)) at alpha = 0.05, pooled",
