@@ -353,3 +353,10 @@ def test_without_the_ablation_the_msp_baseline_is_still_fitted() -> None:
     assert list(res.seeds[0].pvals) == ["all", "conf_max", "naive"]
     values = sf.claim_values(res)
     assert np.isfinite(values["roc-auc@msp"]) and np.isnan(values["agg-vs-best"])
+
+
+def test_metrics_report_the_worst_seed_of_the_every_row(tiny_run: sf.Results) -> None:
+    m = sf.metrics(tiny_run)
+    per_seed = m["per-seed/roc-auc-every-seed"]
+    assert m["claim/roc-auc-every-seed"] == pytest.approx(min(per_seed))
+    assert m["claim/roc-auc"] == pytest.approx(sf.claim_values(tiny_run)["roc-auc"])

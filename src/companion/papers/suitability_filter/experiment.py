@@ -22,7 +22,7 @@ from sklearn.svm import SVC
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
-from companion import runtime
+from companion import claims, runtime
 from companion.models.mlp import FeatureMLP, fit, logits
 from companion.params import resolve_path
 from companion.papers.suitability_filter import CLAIMS, LOGIT_SCALE, SIGNALS, Params
@@ -491,6 +491,12 @@ def per_seed_values(results: Results) -> dict[str, list[float]]:
     return out
 
 
+def judged_value(key: str, value: float | list[float]) -> float:
+    """The value a claim or control key is judged on: itself, or the worst seed of an "in every seed" row."""
+    claim = next(c for c in CLAIMS if c.id == key.split("@")[0])
+    return claims.worst(np.atleast_1d(value), claim.direction)
+
+
 def claim_spread(results: Results) -> pd.DataFrame:
     """Per claim and control: the pooled value (the one judged), the test, and the value on each seed alone."""
     pooled, per = claim_values(results), per_seed_values(results)
@@ -499,7 +505,7 @@ def claim_spread(results: Results) -> pd.DataFrame:
     for c in CLAIMS:
         for key in (c.id, *map(c.control_key, c.controls)):
             name = "filter" if key == c.id else key.split("@")[1]
-            judged = float(np.min(pooled[key]))  # the every-seed row (">=") is judged on its worst seed
+            judged = judged_value(key, pooled[key])
             rows.append({"claim": c.id, "filter": name, "pooled (judged)": judged,
                          "test": f"{c.direction} {c.threshold:.3g}"}
                         | {f"seed {s}": v for s, v in zip(seeds, per[key])})
@@ -546,7 +552,7 @@ def ablation_values(results: Results) -> dict[str, dict[str, np.ndarray]]:
 def metrics(results: Results) -> dict[str, Any]:
     """Small JSON-able summary: claim means, ID/OOD rows, m' effect, calibration bias, timings."""
     cv = claim_values(results)
-    out: dict[str, Any] = {f"claim/{k}": float(np.min(v)) for k, v in cv.items()}  # every-seed row: its worst
+    out: dict[str, Any] = {f"claim/{k}": judged_value(k, v) for k, v in cv.items()}
     out |= {f"per-seed/{k}": v for k, v in per_seed_values(results).items()}
     for which in ("id", "ood"):
         for rule, key in (("m", "pvals"), ("adj", "p_adjusted")):
