@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from companion import claims
 from companion.models import causal_lm
 from companion.papers.extractive_structures import gpt2_attribution as attrib
 from companion.papers.extractive_structures import pretrained_dax
@@ -221,9 +222,9 @@ def test_smoke_and_determinism():
     assert list(contrast.columns.get_level_values(0).unique()) == ["names frozen", "names trainable"]
     frozen = contrast.loc["0", "names frozen"]
     assert frozen["gap"] == pytest.approx(frozen["impl_first"] - frozen["facts_first"], abs=0.011)
-    table = paper.seed_table(a)  # every finding beside each of its controls, per seed
-    assert {c.id for c in paper.CLAIMS if c.role == "finding"} == set(table.columns.get_level_values(0))
-    assert table[("graft-ocr", "control: impl-only-graft")].tolist() == pytest.approx(
+    table = claims.seed_table(verdicts, a.seeds)  # every finding beside each of its controls, per seed
+    assert {c.id for c in paper.CLAIMS if c.role == "finding"} == set(table.index.get_level_values(0))
+    assert table.loc[("graft-ocr", "control impl-only-graft")].tolist() == pytest.approx(
         [r.graft["control"][0] for r in a.per_seed], abs=0.006)
     assert list(paper.stage_a_table(a).index) == [0, 1]
     numbers = paper.page_numbers(a, verdicts)

@@ -180,7 +180,7 @@ CLAIMS = [
 
 __getattr__, __dir__ = exports(__name__, {
     "experiment": ("run", "run_seed", "claim_values", "Results", "SeedResult",
-                   "layer_keep_table", "contrast_table", "stage_a_table", "seed_table", "page_numbers"),
+                   "layer_keep_table", "contrast_table", "stage_a_table", "page_numbers"),
     "plots": ("plot_ordering", "plot_grafting", "plot_seeds", "plot_scores"),
     "paper_preset": ("run_pretrained", "pretrained_ocr", "pretrained_table"),
 })

@@ -359,22 +359,6 @@ def contrast_table(results: Results) -> pd.DataFrame | str:
     return df.round(2).rename_axis("seed")
 
 
-def seed_table(results: Results) -> pd.DataFrame:
-    """Every finding and its controls on every seed (the values the claims table judges)."""
-    from companion.papers.extractive_structures import CLAIMS
-    values = claim_values(results)
-    cols = {}
-    for c in CLAIMS:
-        if c.role != "finding":
-            continue
-        cols[(c.id, "finding")] = values[c.id]
-        for name in c.controls:
-            cols[(c.id, f"control: {name}")] = values[c.control_key(name)]
-    df = pd.DataFrame(cols, index=pd.Index(results.seeds, name="seed"))
-    df.columns = pd.MultiIndex.from_tuples(df.columns)
-    return df.round(2)
-
-
 def page_numbers(results: Results, verdicts) -> dict:
     """The numbers the page's prose glues in (one key each)."""
     per = {k: np.asarray(x, dtype=float) for k, x in claim_values(results).items()}
