@@ -379,6 +379,38 @@ def test_claim_values_cover_every_claim_and_control():
     kpc_of = lambda m: experiment.per_seed(res, m, 0.9, "kpc", "K2-a0.9")  # noqa: E731
     assert np.isclose(table.loc[2, "KPC gap (ICP - FDL)"], (kpc_of("fairicp_mdn") - kpc_of("fdl_mdn")).mean(), atol=1e-4)
     assert set(experiment.glue_values(res)) >= {"g_fairicp_mdn_kpc", "g_fdl_mdn_ks", "g_fresh_ks"}
+    # the trend rows pair the seeds: (gap at the largest K) - (gap at K = 1), for FDL-MDN and the oracle FDL
+    for suffix, fdl in (("", "fdl_mdn"), ("@fdl_oracle", "fdl_oracle")):
+        gap = {K: experiment.per_seed(res, "fairicp_mdn", 0.9, "kpc", f"K{K}-a0.9")
+               - experiment.per_seed(res, fdl, 0.9, "kpc", f"K{K}-a0.9") for K in (1, 2)}
+        np.testing.assert_allclose(values["icp-gain-grows-kpc" + suffix], gap[2] - gap[1])
+        log_ratio = {K: np.log(experiment.per_seed(res, "fairicp_mdn", 0.9, "mse", f"K{K}-a0.9")
+                               / experiment.per_seed(res, fdl, 0.9, "mse", f"K{K}-a0.9")) for K in (1, 2)}
+        np.testing.assert_allclose(values["icp-gain-grows-mse" + suffix], log_ratio[2] - log_ratio[1])
+    assert np.isclose(table.loc[2, "KPC gap (ICP - FDL-oracle)"], (kpc_of("fairicp_mdn") - kpc_of("fdl_oracle")).mean(),
+                      atol=1e-4)
+
+
+def test_oracle_a_given_y_reproduces_the_joint_law_and_ignores_setting_2_columns():
+    """Resampled prior draws given y follow A | Y of the design: (y, A~) has the law of (y, A), each column's
+    marginal and its correlation with y included; setting 2's extra columns come out independent of y."""
+    rng = np.random.default_rng(5)
+    K, alpha = 3, 0.9
+    d = sim.simulate(6000, K, alpha, rng, n_noisy=2)
+    tilde = sim.sample_a_given_y(d.y, d.a.shape[1], K, alpha, d.eps2, rng)
+    assert tilde.shape == d.a.shape
+    for k in range(K):
+        assert stats.ks_2samp(tilde[:, k], d.a[:, k]).statistic < 0.03
+        assert abs(np.corrcoef(tilde[:, k], d.y)[0, 1] - np.corrcoef(d.a[:, k], d.y)[0, 1]) < 0.04
+    for k in range(K, d.a.shape[1]):
+        assert abs(np.corrcoef(tilde[:, k], d.y)[0, 1]) < 0.04
+    # the per-row conditional: E[sum A | y] from the draws tracks the regression of sum A on y in the data
+    slope_data = np.polyfit(d.y, d.a_true.sum(1), 1)[0]
+    slope_tilde = np.polyfit(d.y, tilde[:, :K].sum(1), 1)[0]
+    assert slope_tilde == pytest.approx(slope_data, rel=0.1) and slope_data > 0.1
+    # an unweighted resample (no q(y | a)) would carry no dependence on y: the test above can fail
+    flat = sim.mixture_gamma(6000, K, rng)
+    assert abs(np.polyfit(d.y, flat.sum(1), 1)[0]) < 0.5 * slope_data
 
 
 def test_params_are_validated_before_compute(tmp_path):
@@ -386,6 +418,8 @@ def test_params_are_validated_before_compute(tmp_path):
         paper.Params.resolve("quick", methods=("unconstrained", "fairicp_est"))
     with pytest.raises(ParamError, match="'lambdas'"):
         paper.Params.resolve("quick", lambdas=(0.5, 0.9))
+    with pytest.raises(ParamError, match="'sweep_methods'.*fdl_oracle"):
+        paper.Params.resolve("quick", sweep_methods=("fairicp_mdn", "fdl_mdn"))
     with pytest.raises(ParamError, match="'data_path'"):
         paper.Params.resolve("paper", data_path=str(tmp_path / "missing"))
     assert paper.Params.resolve("paper", data_path=str(tmp_path)).seeds == 10
