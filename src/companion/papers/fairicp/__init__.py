@@ -144,11 +144,6 @@ CLAIMS: list[Claim] = [
     Claim("icp-vs-fdl-kpc-k10", "K = 10 (full preset only): KPC(FairICP-MDN) - KPC(FDL-MDN), paired per seed (<= 0); "
           "control: FDL with the true A | Y", "FairICP matches or beats FDL, more so as K grows (Fig. 2)", 0.0, "<=",
           controls=("fdl_oracle",)),
-    Claim("icp-vs-fdl-mse-k5", "K = 5: MSE(FairICP-MDN) / MSE(FDL-MDN) at the largest lambda (<= 1.05: not worse "
-          "than FDL by more than 5 %); control: FDL with the true A | Y", "FairICP matches or beats FDL (Fig. 2)",
-          1.05, "<=", controls=("fdl_oracle",)),
-    Claim("icp-vs-fdl-mse-k10", "K = 10 (full preset only): MSE(FairICP-MDN) / MSE(FDL-MDN) (<= 1.05); control: "
-          "FDL with the true A | Y", "FairICP matches or beats FDL (Fig. 2)", 1.05, "<=", controls=("fdl_oracle",)),
     Claim("icp-gain-grows-kpc", "The trend in K, paired per seed: [KPC(FairICP-MDN) - KPC(FDL-MDN)] at the largest "
           "K run minus the same at K = 1 (<= 0: FairICP's KPC edge widens with K; no MSE twin: at equal lambda a "
           "worse FDL sampler penalises less and lowers FDL's MSE, so an MSE trend would read the paper's effect "
@@ -165,6 +160,12 @@ CLAIMS: list[Claim] = [
           "dims, where both conditionals are 1-D", "ICP's swap odds closer than CP's as dimensions grow (ICP_CP.R)",
           0.0, ">=", controls=("K0_1",)),
     # --- checks (preconditions, identities, rows true by construction) ---
+    Claim("icp-vs-fdl-mse-k5", "K = 5: MSE(FairICP-MDN) / MSE(FDL-MDN) at the largest lambda (<= 1.05: not worse "
+          "than FDL by more than 5 %); a check, not a finding: at equal lambda MSE is confounded with the fairness "
+          "reached, and its only control (FDL with the true A | Y) passes by design", "FairICP matches or beats FDL "
+          "(Fig. 2)", 1.05, "<=", role="check"),
+    Claim("icp-vs-fdl-mse-k10", "K = 10 (full preset only): MSE(FairICP-MDN) / MSE(FDL-MDN) (<= 1.05); a check, as "
+          "at K = 5", "FairICP matches or beats FDL (Fig. 2)", 1.05, "<=", role="check"),
     Claim("eo-test-unconstrained-rejects", "ICP-test p-value of the unconstrained model, per seed (mean <= 0.05; "
           "the design's precondition: the unconstrained model is not EO-fair)", "the unconstrained model violates EO",
           0.05, "<=", role="check"),

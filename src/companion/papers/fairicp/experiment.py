@@ -310,9 +310,10 @@ def claim_values(results: Results) -> dict[str, Any]:
 
     v["sampler-icp-closer"] = sampler_log_ratio(results, 5, max(p.sampler_dims))
     v["sampler-icp-closer@K0_1"] = sampler_log_ratio(results, 1, 0)
+    for K in SWEEP_KS:
+        v[f"icp-vs-fdl-kpc-k{K}"], v[f"icp-vs-fdl-mse-k{K}"] = gap(K, "fdl_mdn")
+        v[f"icp-vs-fdl-kpc-k{K}@fdl_oracle"] = gap(K, "fdl_oracle")[0]
     for suffix, fdl in (("", "fdl_mdn"), ("@fdl_oracle", "fdl_oracle")):
-        for K in SWEEP_KS:
-            v[f"icp-vs-fdl-kpc-k{K}{suffix}"], v[f"icp-vs-fdl-mse-k{K}{suffix}"] = gap(K, fdl)
         v[f"icp-gain-grows-kpc{suffix}"] = gap(max(p.K), fdl)[0] - gap(1, fdl)[0] if max(p.K) > 1 else np.array([np.nan])
     return {k: (x if isinstance(x, float) else [float(y) for y in x]) for k, x in v.items()}
 
