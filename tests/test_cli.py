@@ -15,7 +15,8 @@ CONTRACT_KEYS = {"paper", "status", "error", "params", "claims", "metrics", "pro
 CLAIM_KEYS = {"id", "statement", "paper_value", "value", "interval", "threshold", "verdict", "role", "kind",
               "per_seed", "direction"}
 PROVENANCE_KEYS = {"commit", "dirty", "versions", "device", "threads", "paths", "started", "wall_seconds",
-                   "cpu_seconds", "load_average", "cache_key", "code_key", "verdict_key", "lock", "numerics", "cpu"}
+                   "cpu_seconds", "load_average", "cache_key", "code_key", "verdict_key", "extra_modules", "lock",
+                   "numerics", "cpu"}
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from scipy import stats
+from scipy import integrate, stats
 
 from companion.params import ParamError
 from companion.papers import fairicp as paper
@@ -379,6 +379,46 @@ def test_claim_values_cover_every_claim_and_control():
     kpc_of = lambda m: experiment.per_seed(res, m, 0.9, "kpc", "K2-a0.9")  # noqa: E731
     assert np.isclose(table.loc[2, "KPC gap (ICP - FDL)"], (kpc_of("fairicp_mdn") - kpc_of("fdl_mdn")).mean(), atol=1e-4)
     assert set(experiment.glue_values(res)) >= {"g_fairicp_mdn_kpc", "g_fdl_mdn_ks", "g_fresh_ks"}
+    # the trend rows pair the seeds: (gap at the largest K) - (gap at K = 1), for FDL-MDN and the oracle FDL
+    for suffix, fdl in (("", "fdl_mdn"), ("@fdl_oracle", "fdl_oracle")):
+        gap = {K: experiment.per_seed(res, "fairicp_mdn", 0.9, "kpc", f"K{K}-a0.9")
+               - experiment.per_seed(res, fdl, 0.9, "kpc", f"K{K}-a0.9") for K in (1, 2)}
+        np.testing.assert_allclose(values["icp-gain-grows-kpc" + suffix], gap[2] - gap[1])
+    assert np.isclose(table.loc[2, "KPC gap (ICP - FDL-oracle)"], (kpc_of("fairicp_mdn") - kpc_of("fdl_oracle")).mean(),
+                      atol=1e-4)
+
+
+def test_oracle_a_given_y_keeps_the_joint_law_with_y_and_ignores_setting_2_columns():
+    """Resampled prior draws given y: each column's marginal and its correlation with y are those of A, the
+    regression of sum A on y is the data's, and setting 2's extra columns come out independent of y."""
+    rng = np.random.default_rng(5)
+    K, alpha = 3, 0.9
+    d = sim.simulate(6000, K, alpha, rng, n_noisy=2)
+    tilde = sim.a_given_y_sampler(d.y, d.a.shape[1], K, alpha, d.eps2, rng)(rng)
+    assert tilde.shape == d.a.shape
+    for k in range(K):
+        assert stats.ks_2samp(tilde[:, k], d.a[:, k]).statistic < 0.05
+        assert abs(np.corrcoef(tilde[:, k], d.y)[0, 1] - np.corrcoef(d.a[:, k], d.y)[0, 1]) < 0.04
+    for k in range(K, d.a.shape[1]):
+        assert abs(np.corrcoef(tilde[:, k], d.y)[0, 1]) < 0.04
+    slope_data = np.polyfit(d.y, d.a_true.sum(1), 1)[0]
+    slope_tilde = np.polyfit(d.y, tilde[:, :K].sum(1), 1)[0]
+    assert slope_tilde == pytest.approx(slope_data, rel=0.1) and slope_data > 0.1
+
+
+@pytest.mark.parametrize("y0", [-3.0, 0.0, 4.0])
+def test_oracle_a_given_y_matches_the_posterior_mean_by_quadrature(y0):
+    """K = 1: the mean of the oracle's draws at a fixed y equals E[A | Y = y0] integrated against the
+    mixture-gamma prior (scipy's gamma density) and the design's Gaussian q(y | a)."""
+    alpha, eps2 = 0.9, 2.0
+    g = np.linspace(1e-6, 60, 200001)
+    prior = 0.5 * stats.gamma.pdf(g, sim.GAMMA_SHAPES[0]) + 0.5 * stats.gamma.pdf(g, sim.GAMMA_SHAPES[1])
+    a = (g - sim.MIX_MEAN) / sim.MIX_SD
+    like = np.exp(-((y0 - np.sqrt(alpha) * a) ** 2) / (2 * (1 + (1 - alpha) + eps2)))
+    exact = integrate.trapezoid(a * prior * like, g) / integrate.trapezoid(prior * like, g)
+    rng = np.random.default_rng(11)
+    draws = sim.a_given_y_sampler(np.full(5000, y0), 1, 1, alpha, eps2, rng, pool=10000)(rng)
+    assert draws.mean() == pytest.approx(exact, abs=0.06)  # about 3 standard errors of pool and draws
 
 
 def test_params_are_validated_before_compute(tmp_path):
@@ -386,6 +426,8 @@ def test_params_are_validated_before_compute(tmp_path):
         paper.Params.resolve("quick", methods=("unconstrained", "fairicp_est"))
     with pytest.raises(ParamError, match="'lambdas'"):
         paper.Params.resolve("quick", lambdas=(0.5, 0.9))
+    with pytest.raises(ParamError, match="'sweep_methods'.*fdl_oracle"):
+        paper.Params.resolve("quick", sweep_methods=("fairicp_mdn", "fdl_mdn"))
     with pytest.raises(ParamError, match="'data_path'"):
         paper.Params.resolve("paper", data_path=str(tmp_path / "missing"))
     assert paper.Params.resolve("paper", data_path=str(tmp_path)).seeds == 10

@@ -131,3 +131,23 @@ def test_a_page_reading_its_records_through_evidence_keeps_the_key_evidence_reco
     covered = keys.keys_of(paper.module_name, paper.notebook(registry.project_root()), params).modules
     assert "companion.numerics" in loaded
     assert keys.uncovered(loaded, covered) == []
+
+
+def test_a_module_only_the_kernel_imported_widens_the_stored_key_and_the_check_of_it(tree):
+    """A kernel can import a module its source never names (``importlib``, a plugin): the runner widens
+    the key with it and the record lists it, so ``evidence`` recomputes the same key, and an edit to that
+    module makes the record stale."""
+    from companion import evidence, runner
+
+    extra = "companion.models.causal_lm"
+    plan = runner.plan("ood-dcc", root=ROOT)
+    assert extra not in plan.modules
+    _, ran, missed = runner.what_ran(plan, {"modules": [extra, "companion.cli"]}, ROOT)
+    assert missed == [extra] and ran.code != plan.code_key
+    record = {"params": plan.params.key_dict(), "provenance": {"code_key": ran.code, "extra_modules": missed}}
+    assert evidence.keys_now(record, "ood-dcc", ROOT).code == ran.code
+    unwidened = {**record, "provenance": {"code_key": ran.code}}
+    assert evidence.keys_now(unwidened, "ood-dcc", ROOT).code == plan.code_key
+    with (tree / "models" / "causal_lm.py").open("a") as f:
+        f.write("\nEDITED = 1\n")
+    assert evidence.keys_now(record, "ood-dcc", ROOT).code != ran.code

@@ -17,7 +17,7 @@ import platform
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from companion import keys, numerics, registry
 from companion.runner import RecordError, read_record, write_json_atomic
@@ -65,18 +65,19 @@ class Stored:
         return self.path.stem.replace("-seed", ", seed ")
 
 
-def current_keys(slug: str, params: dict[str, Any], root: Path) -> keys.Keys:
-    """The keys that the parameters of a stored record would get from today's code."""
+def current_keys(slug: str, params: dict[str, Any], root: Path, extra: Iterable[str] = ()) -> keys.Keys:
+    """The keys that the parameters of a stored record would get from today's code (``extra``: the
+    modules its kernel imported beyond what the source names, as its provenance lists them)."""
     paper = registry.get(slug)
     cls = paper.module().Params
     resolved = cls.resolve(params.get("preset", "quick"),
                            **{k: v for k, v in params.items() if k in cls.names()})
-    return keys.keys_of(paper.module_name, paper.notebook(root), keys.params_for_key(resolved))
+    return keys.keys_of(paper.module_name, paper.notebook(root), keys.params_for_key(resolved), extra=extra)
 
 
-def current_code_key(slug: str, params: dict[str, Any], root: Path) -> str:
-    """The code key that the parameters of a stored record would get from today's code."""
-    return current_keys(slug, params, root).code
+def keys_now(record: dict[str, Any], slug: str, root: Path) -> keys.Keys:
+    """Today's keys of a stored record: its parameters, widened by the modules its kernel imported."""
+    return current_keys(slug, record["params"], root, record["provenance"].get("extra_modules", ()))
 
 
 def env_drift(provenance: dict[str, Any], root: Path) -> bool:
@@ -104,7 +105,7 @@ def load(root: Path, slug: str, check_current: bool = True) -> list[Stored]:
         if check_current:
             prov = record["provenance"]
             try:
-                now = current_keys(slug, record["params"], root)
+                now = keys_now(record, slug, root)
                 current = prov.get("code_key") == now.code
                 judged = prov.get("verdict_key") == now.verdict
             except Exception:  # parameters the schema no longer accepts: stale, not a crash
@@ -205,7 +206,7 @@ def rejudged_record(record: dict[str, Any], slug: str, root: Path) -> dict[str, 
     from companion.claims import rejudge
 
     claims = rejudge(record["claims"], registry.get(slug).module().CLAIMS)
-    verdict_key = current_keys(slug, record["params"], root).verdict
+    verdict_key = keys_now(record, slug, root).verdict
     return {**record, "claims": claims, "provenance": {**record["provenance"], "verdict_key": verdict_key}}
 
 
@@ -305,8 +306,8 @@ def restamped(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None
     if new["status"] != "ok" or measured(old) != measured(new):
         return None
     prov, fresh = old["provenance"], new["provenance"]
-    stamp = {name: fresh.get(name) for name in ("code_key", "verdict_key", "cache_key", "commit", "dirty",
-                                                "lock", "numerics", "versions")}
+    stamp = {name: fresh.get(name) for name in ("code_key", "verdict_key", "extra_modules", "cache_key", "commit",
+                                                "dirty", "lock", "numerics", "versions")}
     check = {"verified_at": fresh["started"], "commit": fresh.get("commit"),
              "wall_seconds": fresh.get("wall_seconds"), "cpu_seconds": fresh.get("cpu_seconds"),
              "cpu": fresh.get("cpu"), "load_average": fresh.get("load_average")}

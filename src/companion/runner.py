@@ -431,7 +431,7 @@ def execute(
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700; run folders are meant to be shared
     try:
         status, error, emitted, wall, cpu = _execute_in(p, tmp, root, log_output, progress)
-        ran, code_key = what_ran(p, emitted.get("kernel") or {}, root)
+        ran, ran_keys, extra_modules = what_ran(p, emitted.get("kernel") or {}, root)
         if status == "ok" and ran != p.params.to_dict():
             moved = sorted(k for k in set(ran) | set(p.params.to_dict()) if ran.get(k) != p.params.to_dict().get(k))
             status, error = "failed", f"the kernel ran other parameters than the runner planned: {', '.join(moved)}"
@@ -456,8 +456,10 @@ def execute(
                 "cpu_seconds": round(cpu, 2),
                 "load_average": round(os.getloadavg()[0], 2),
                 "cache_key": p.cache_key,
-                "code_key": code_key,
-                "verdict_key": p.verdict_key,
+                "code_key": ran_keys.code,
+                "verdict_key": ran_keys.verdict,
+                # what a later key check must widen by too: the kernel imported them, the source names none
+                "extra_modules": extra_modules,
                 "lock": lock_hash(root),
                 "numerics": numerics.active(),
                 "cpu": numerics.cpu_model(),
@@ -472,15 +474,15 @@ def execute(
     return RunOutcome(final, results, cached=False)
 
 
-def what_ran(p: Plan, kernel: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], str]:
-    """The parameters the kernel resolved (the plan's when it reported none) and the code key over
-    what it imported: the plan's, widened by any ``companion`` module the source never named."""
+def what_ran(p: Plan, kernel: Mapping[str, Any], root: Path) -> tuple[dict[str, Any], keys.Keys, list[str]]:
+    """The parameters the kernel resolved (the plan's when it reported none), the keys over what it
+    imported (the plan's, widened by any ``companion`` module the source never named) and those modules."""
     ran = kernel.get("params") or p.params.to_dict()
     missed = keys.uncovered(kernel.get("modules", []), p.modules)
     if not missed:
-        return ran, p.code_key
+        return ran, keys.Keys(p.code_key, p.verdict_key, p.modules, set()), []
     return ran, keys.keys_of(p.paper.module_name, p.paper.notebook(root),
-                             keys.params_for_key(p.params), extra=missed).code
+                             keys.params_for_key(p.params), extra=missed), missed
 
 
 def _execute_in(p: Plan, folder: Path, root: Path, log_output: bool,

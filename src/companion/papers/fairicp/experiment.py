@@ -17,7 +17,7 @@ from companion.papers.fairicp import adversarial as adv
 from companion.papers.fairicp import densities, fairness, kpc, sampler
 from companion.papers.fairicp import simulation as sim
 
-DIAG_METHODS = ("fairicp_est", "fairicp_mdn", "fdl_gauss", "fdl_mdn", "faircp_gauss")
+DIAG_METHODS = ("fairicp_est", "fairicp_mdn", "fdl_gauss", "fdl_mdn", "fdl_oracle", "faircp_gauss")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ def dummy_source(method: str, tr: sim.SimData, sweeps: int, epochs: int, rng: np
     elif method == "fdl_mdn":
         mdn = densities.MDN(tr.a, tr.y, gen)
         return (lambda e: mdn.sample(tr.y, rng)), {"density_s": time.process_time() - t0}
+    elif method == "fdl_oracle":
+        oracle = sim.a_given_y_sampler(tr.y, tr.a.shape[1], tr.K, tr.alpha, tr.eps2, rng)
+        return (lambda e: oracle(rng)), {"oracle_s": time.process_time() - t0}
     elif method == "faircp_gauss":
         L_ay = densities.GaussLinearAgivenY.fit(tr.y, tr.a).loglik_matrix(tr.a, tr.y)
         copies = sampler.cp_dummies(L_ay, tr.a, epochs, sweeps, rng)
@@ -241,7 +244,7 @@ def ks_mean(results: Results, method: str, setting: str | None = None) -> np.nda
     return np.asarray(results.ks[s][method], dtype=float).reshape(len(results.ks[s][method]), -1).mean(1)
 
 
-SWEEP_KS = (5, 10)  # the K of the per-K ICP-vs-FDL rows; K = 1 is their control
+SWEEP_KS = (5, 10)  # the K of the per-K ICP-vs-FDL rows; the trend rows run from K = 1 to the largest K
 
 
 def sampler_log_ratio(results: Results, K0: int, extra: int) -> np.ndarray:
@@ -298,20 +301,20 @@ def claim_values(results: Results) -> dict[str, Any]:
         "fdl-gauss-shifts-marginal": ks_mean(results, "fdl_gauss") - ks_mean(results, "fresh_draw"),
     }
 
-    def gap(K: int) -> tuple[np.ndarray, np.ndarray]:
-        """(KPC difference, MSE ratio) of FairICP-MDN against FDL-MDN at K (NaN, judged INCONCLUSIVE, when
-        K was not run: the quick preset has no K = 10)."""
+    def gap(K: int, fdl: str) -> tuple[np.ndarray, np.ndarray]:
+        """(KPC difference, MSE ratio) of FairICP-MDN against the FDL variant ``fdl`` at K (NaN, judged
+        INCONCLUSIVE, when K was not run: the quick preset has no K = 10)."""
         if K not in p.K:
             return np.array([np.nan]), np.array([np.nan])
-        return at("fairicp_mdn", "kpc", K=K) - at("fdl_mdn", "kpc", K=K), at("fairicp_mdn", "mse", K=K) / at("fdl_mdn", "mse", K=K)
+        return at("fairicp_mdn", "kpc", K=K) - at(fdl, "kpc", K=K), at("fairicp_mdn", "mse", K=K) / at(fdl, "mse", K=K)
 
     v["sampler-icp-closer"] = sampler_log_ratio(results, 5, max(p.sampler_dims))
     v["sampler-icp-closer@K0_1"] = sampler_log_ratio(results, 1, 0)
-    g1 = gap(1)
     for K in SWEEP_KS:
-        gk = gap(K)
-        v[f"icp-vs-fdl-kpc-k{K}"], v[f"icp-vs-fdl-mse-k{K}"] = gk
-        v[f"icp-vs-fdl-kpc-k{K}@K1"], v[f"icp-vs-fdl-mse-k{K}@K1"] = g1
+        v[f"icp-vs-fdl-kpc-k{K}"], v[f"icp-vs-fdl-mse-k{K}"] = gap(K, "fdl_mdn")
+        v[f"icp-vs-fdl-kpc-k{K}@fdl_oracle"] = gap(K, "fdl_oracle")[0]
+    for suffix, fdl in (("", "fdl_mdn"), ("@fdl_oracle", "fdl_oracle")):
+        v[f"icp-gain-grows-kpc{suffix}"] = gap(max(p.K), fdl)[0] - gap(1, fdl)[0] if max(p.K) > 1 else np.array([np.nan])
     return {k: (x if isinstance(x, float) else [float(y) for y in x]) for k, x in v.items()}
 
 
@@ -328,23 +331,28 @@ def summary(results: Results, setting: str | None = None) -> pd.DataFrame:
 
 
 def gap_table(results: Results) -> pd.DataFrame:
-    """Per K (setting 1, main alpha): FairICP-MDN and FDL-MDN at the largest lambda, their KPC gap and MSE
-    ratio (mean and per seed), and the KS distance of each sampler's dummies to A."""
+    """Per K (setting 1, main alpha): FairICP-MDN, FDL-MDN and the oracle FDL at the largest lambda, the KPC
+    gap and MSE ratio of FairICP against each FDL (mean and, for FDL-MDN, per seed), and the KS distance of each
+    FDL sampler's dummies to A."""
     p = results.params.effective()
     top, alpha = max(p.lambdas), p.alpha_leak[0]
     rows = []
     for K in sorted(set(p.K)):
         s = setting_name(K, alpha)
-        icp_k, fdl_k = per_seed(results, "fairicp_mdn", top, "kpc", s), per_seed(results, "fdl_mdn", top, "kpc", s)
-        icp_m, fdl_m = per_seed(results, "fairicp_mdn", top, "mse", s), per_seed(results, "fdl_mdn", top, "mse", s)
-        rows.append({"K": K, "KPC FairICP-MDN": icp_k.mean(), "KPC FDL-MDN": fdl_k.mean(),
-                     "KPC gap (ICP - FDL)": (icp_k - fdl_k).mean(),
-                     "gap per seed": " ".join(f"{g:+.3f}" for g in icp_k - fdl_k),
-                     "MSE ratio (ICP / FDL)": (icp_m / fdl_m).mean(),
+        kpc = {m: per_seed(results, m, top, "kpc", s) for m in ("fairicp_mdn", "fdl_mdn", "fdl_oracle")}
+        mse = {m: per_seed(results, m, top, "mse", s) for m in ("fairicp_mdn", "fdl_mdn", "fdl_oracle")}
+        rows.append({"K": K, "KPC FairICP-MDN": kpc["fairicp_mdn"].mean(), "KPC FDL-MDN": kpc["fdl_mdn"].mean(),
+                     "KPC FDL-oracle": kpc["fdl_oracle"].mean(),
+                     "KPC gap (ICP - FDL)": (kpc["fairicp_mdn"] - kpc["fdl_mdn"]).mean(),
+                     "gap per seed": " ".join(f"{g:+.3f}" for g in kpc["fairicp_mdn"] - kpc["fdl_mdn"]),
+                     "KPC gap (ICP - FDL-oracle)": (kpc["fairicp_mdn"] - kpc["fdl_oracle"]).mean(),
+                     "MSE ratio (ICP / FDL)": (mse["fairicp_mdn"] / mse["fdl_mdn"]).mean(),
+                     "MSE ratio (ICP / FDL-oracle)": (mse["fairicp_mdn"] / mse["fdl_oracle"]).mean(),
                      # below 0.5 the predictor has overshot: the flipped-label objective rewards a reversed dependence
                      "disc. acc. FairICP-MDN": per_seed(results, "fairicp_mdn", top, "dis_acc_last", s).mean(),
                      "disc. acc. FDL-MDN": per_seed(results, "fdl_mdn", top, "dis_acc_last", s).mean(),
                      "KS FDL-MDN": ks_mean(results, "fdl_mdn", s).mean(),
+                     "KS FDL-oracle": ks_mean(results, "fdl_oracle", s).mean(),
                      "KS fresh draw": ks_mean(results, "fresh_draw", s).mean()})
     return pd.DataFrame(rows).set_index("K").round(4)
 

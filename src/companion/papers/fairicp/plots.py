@@ -9,7 +9,7 @@ from companion.papers.fairicp.experiment import Results, main_setting, per_seed,
 
 METHOD_LABELS = {"unconstrained": "unconstrained", "fairicp_est": "FairICP (Gauss. est.)",
                  "fairicp_oracle": "FairICP (oracle)", "fairicp_mdn": "FairICP (MDN)", "fdl_mdn": "FDL-MDN",
-                 "fdl_gauss": "FDL-Gauss", "faircp_gauss": "FairCP-Gauss", "hgr": "HGR",
+                 "fdl_oracle": "FDL (oracle A | Y)", "fdl_gauss": "FDL-Gauss", "faircp_gauss": "FairCP-Gauss", "hgr": "HGR",
                  "ols": "OLS (a = c = 1)", "fair_linear": "EO-fair linear (a*, c*)", "unaware": "unaware (c = 0)"}
 
 
@@ -127,17 +127,22 @@ def plot_sampler_study(results: Results):
 
 
 def plot_gap_by_k(results: Results):
-    """Figure 4: KPC of FairICP-MDN minus FDL-MDN at the largest lambda, per seed and K (0: no difference)."""
+    """Figure 4: KPC of FairICP-MDN minus that of FDL-MDN (the finding) and minus that of the oracle FDL (the
+    control) at the largest lambda, per seed and K, with the mean +- sd over seeds (0: no difference)."""
     from companion.plotting import figure
 
     p = results.params.effective()
     top = max(p.lambdas)
-    fig, (ax,) = figure(width=4.5, height=3.2)
-    for K in sorted(set(p.K)):
-        s = setting_name(K, p.alpha_leak[0])
-        gap = per_seed(results, "fairicp_mdn", top, "kpc", s) - per_seed(results, "fdl_mdn", top, "kpc", s)
-        ax.scatter(np.full(len(gap), K), gap, s=18, alpha=0.8)
-        ax.errorbar(K + 0.3, gap.mean(), yerr=gap.std(ddof=1) if len(gap) > 1 else 0, marker="D", color="k", capsize=3)
+    fig, (ax,) = figure(width=4.8, height=3.2)
+    for offset, (fdl, colour) in zip((-0.25, 0.25), (("fdl_mdn", "C0"), ("fdl_oracle", "C1"))):
+        for i, K in enumerate(sorted(set(p.K))):
+            s = setting_name(K, p.alpha_leak[0])
+            gap = per_seed(results, "fairicp_mdn", top, "kpc", s) - per_seed(results, fdl, top, "kpc", s)
+            ax.scatter(np.full(len(gap), K + offset), gap, s=14, alpha=0.6, color=colour,
+                       label=f"FairICP-MDN − {METHOD_LABELS[fdl]}" if i == 0 else None)
+            ax.errorbar(K + 2 * offset, gap.mean(), yerr=gap.std(ddof=1) if len(gap) > 1 else 0, marker="D",
+                        color=colour, capsize=3)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set(xlabel="K (attributes)", ylabel="KPC(FairICP-MDN) − KPC(FDL-MDN)", title=f"ICP − FDL gap at λ = {top:g}")
+    ax.legend(fontsize=6)
+    ax.set(xlabel="K (attributes)", ylabel="KPC difference", title=f"ICP − FDL gap at λ = {top:g}")
     return fig

@@ -4,12 +4,14 @@ Design (``simulation/synthetic_experiment_md.py`` of the official code, re-writt
 features X_ins ~ N(0, 1); K attributes A_k, each a standardised 50/50 mixture of Gamma(1, 1) and
 Gamma(10, 1); K sensitive features X_sens,k = sqrt(alpha) A_k + sqrt(1 - alpha) N(0, 1);
 Y = sum X + eps N(0, 1) with eps^2 = 2K. Setting 2 appends ``n_noisy`` irrelevant mixture-gamma
-columns to A (used in training, ignored by the evaluation).
+columns to A (used in training, ignored by the evaluation). The true A | Y, which has no closed form,
+is sampled by resampling prior draws with the true q(y | a) as weights (:func:`a_given_y_sampler`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -58,6 +60,32 @@ def true_loglik(y: np.ndarray, a: np.ndarray, K: int, alpha: float, eps2: float)
     var = K + K * (1 - alpha) + eps2
     mu = np.sqrt(alpha) * a[:, :K].sum(1)
     return -((y[:, None] - mu[None, :]) ** 2) / (2 * var)
+
+
+# prior draws per fit; q(y | a) is broad (variance 3.1 K against 0.9 K of signal), so even at |y| = 3 sd
+# more than 700 of them carry weight (effective sample size of the importance weights)
+ORACLE_POOL = 4000
+
+
+def a_given_y_sampler(y: np.ndarray, cols: int, K: int, alpha: float, eps2: float, rng: np.random.Generator,
+                      pool: int = ORACLE_POOL) -> Callable[[np.random.Generator], np.ndarray]:
+    """A sampler of A | Y = y_i under the design, for every i (the oracle FDL's dummies), by
+    sampling-importance-resampling: one pool of prior draws, weighted per row by the true q(y_i | a),
+    resampled at each call."""
+    draws = mixture_gamma(pool, cols, rng)
+    cdf = np.empty((len(y), pool), dtype=np.float32)
+    for start in range(0, len(y), 1000):  # rows in blocks: the float64 weights stay a few tens of MB
+        rows = slice(start, start + 1000)
+        logw = true_loglik(y[rows], draws, K, alpha, eps2)
+        c = np.cumsum(np.exp(logw - logw.max(1, keepdims=True)), 1)
+        cdf[rows] = c / c[:, -1:]
+
+    def sample(gen: np.random.Generator) -> np.ndarray:
+        """One draw of A | Y = y_i for every row."""
+        pick = (cdf < gen.random(len(y), dtype=np.float32)[:, None]).sum(1)
+        return draws[np.minimum(pick, pool - 1)]
+
+    return sample
 
 
 def fair_linear_oracle(K: int, eps2: float) -> tuple[float, float, float]:
