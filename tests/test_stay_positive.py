@@ -259,7 +259,7 @@ def test_run_in_worker_processes_matches_a_seed_run_inline() -> None:
     assert res.spectra["clean"].shape == (32, 32) and len(res.examples["clean"]) == 4
 
 
-def test_every_seed_rows_are_exact_worst_seed_values() -> None:
+def test_every_seed_rows_are_judged_on_their_worst_seed() -> None:
     """The spec's "in every seed" conditions are exact rows on the worst seed, next to the statistical means."""
     from companion.claims import evaluate_all
 

@@ -78,9 +78,10 @@ class Params(BaseParams):
         # quick (the defaults) is trimmed from the cost structure, before any verdict was read: one adversarial
         # fit costs about 7 CPU s at the official 100 epochs x batch 16 and 2.4 s at the spec's quick 60 x 32
         # (n = 500), and fits are nearly all of the run; the quick preset fits 10 models per seed (7 at K = 5,
-        # the three per-K methods at K = 1; the oracle FDL was added after review, issue 47), at the largest lambda only. Full uses the official epochs and batch, K in
-        # {1, 5, 10} on every seed (the per-K rows are paired per seed) and 10 sampler-study repetitions; alpha = 0.6,
-        # setting 2, FairCP and HGR run in `paper` only (they fed no claim and did not fit 10 minutes).
+        # the three per-K methods at K = 1; the oracle FDL was added after review, issue 47), at the largest lambda
+        # only. Full uses the official epochs and batch, K in {1, 5, 10} on every seed (the per-K rows are paired per
+        # seed) and 10 sampler-study repetitions; alpha = 0.6, setting 2, FairCP and HGR run in `paper` only (they
+        # fed no claim and did not fit 10 minutes).
         "full": {"seeds": 8, "K": (5, 1, 10), "lambdas": (0.0, 0.5, 0.9), "grid_methods": ("fairicp_est", "fdl_gauss"),
                  "sweep_methods": ("unconstrained", *PER_K), "epochs": 100, "batch_size": 16,
                  "sampler_reps": 10},
@@ -147,8 +148,8 @@ CLAIMS: list[Claim] = [
     Claim("icp-gain-grows-kpc", "The trend in K, paired per seed: [KPC(FairICP-MDN) - KPC(FDL-MDN)] at the largest "
           "K run minus the same at K = 1 (<= 0: FairICP's KPC edge widens with K; no MSE twin: at equal lambda a "
           "worse FDL sampler penalises less and lowers FDL's MSE, so an MSE trend would read the paper's effect "
-          "backwards); control: the same with FDL given the true A | Y", "the advantage grows with K (Fig. 2, K = 1, 5, 10)", 0.0, "<=",
-          controls=("fdl_oracle",)),
+          "backwards); control: the same with FDL given the true A | Y",
+          "the advantage grows with K (Fig. 2, K = 1, 5, 10)", 0.0, "<=", controls=("fdl_oracle",)),
     Claim("icp-vs-fdl-gauss-kpc", "variant with the misspecified Gaussian A | Y: KPC(FairICP-est) - KPC(FDL-Gauss) "
           "(<= 0); control: the same against FDL-MDN (if the gain comes from the Gaussian's misfit, it goes)",
           "FairICP matches or beats FDL", 0.0, "<=", controls=("fdl_mdn",)),

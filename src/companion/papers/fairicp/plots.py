@@ -9,7 +9,8 @@ from companion.papers.fairicp.experiment import Results, main_setting, per_seed,
 
 METHOD_LABELS = {"unconstrained": "unconstrained", "fairicp_est": "FairICP (Gauss. est.)",
                  "fairicp_oracle": "FairICP (oracle)", "fairicp_mdn": "FairICP (MDN)", "fdl_mdn": "FDL-MDN",
-                 "fdl_oracle": "FDL (oracle A | Y)", "fdl_gauss": "FDL-Gauss", "faircp_gauss": "FairCP-Gauss", "hgr": "HGR",
+                 "fdl_oracle": "FDL (oracle A | Y)", "fdl_gauss": "FDL-Gauss", "faircp_gauss": "FairCP-Gauss",
+                 "hgr": "HGR",
                  "ols": "OLS (a = c = 1)", "fair_linear": "EO-fair linear (a*, c*)", "unaware": "unaware (c = 0)"}
 
 

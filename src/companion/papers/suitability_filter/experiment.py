@@ -457,9 +457,9 @@ FILTERS = {"all": "all", "msp": "conf_max", "naive": "naive"}
 
 
 def claim_values(results: Results) -> dict[str, float | list[float]]:
-    """Claim id (and "<id>@<control>") -> one value: the metric on the experiments pooled over seeds, as the
-    spec asks, and the per-seed ROC AUCs for the "in every seed" row (judged on its worst seed); the controls are the MSP filter
-    and the naive comparison, on the same experiments."""
+    """Claim id (and "<id>@<control>") -> its value: the metric on the experiments pooled over seeds, as the
+    spec asks, and the per-seed ROC AUCs for the "in every seed" row (judged on its worst seed); the controls
+    are the MSP filter and the naive comparison, on the same experiments."""
     width = results.params.bin_width
     pooled = Experiments.of(results.seeds)
     out: dict[str, float | list[float]] = {"welch-vs-scipy": max(s.scipy_max_diff for s in results.seeds)}
