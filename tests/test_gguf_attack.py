@@ -342,7 +342,7 @@ def test_claims_and_controls_follow_the_run() -> None:
     assert verdicts["stealth"].value == rec["strict_em"]["rep"] - rec["strict_em"]["clean"]
     assert not verdicts["stealth"].controls
     q8 = verdicts["q8-exact"]
-    assert q8.kind == "exact" and q8.interval is None and q8.value == rec["q8_identical"] == 1.0
+    assert q8.kind == "every" and q8.interval is None and q8.value == rec["q8_identical"] == 1.0 and len(q8.per_seed) == 1
     assert {v.id for v in verdicts.values() if v.role == "check"} == {
         "mal-fp", "mal-quant", "clean-gap", "rep-benign", "rep-benign-q4k", "clamp-agree", "q8-exact", "stealth"}
     # a run that does not attack a type, or has no gguf_all repair, leaves its rows NaN (INCONCLUSIVE), never faked

@@ -21,7 +21,6 @@ import torch
 from tqdm import tqdm
 
 from companion import runtime
-from companion.claims import worst
 from companion.models.tiny_lm import tiny_llama
 from companion.papers.gguf_attack import Params
 from companion.papers.gguf_attack import quants as gq
@@ -386,7 +385,7 @@ def _all_types(s: dict[str, Any], key: str | None = None) -> float:
 
 
 def claim_values(results: dict[str, Any]) -> dict[str, list[float] | float]:
-    """Each claim's metric on every seed (one value, the worst seed, for the exact ``q8-exact``), and
+    """Each claim's metric on every seed (``claims`` judges ``q8-exact``, an ``every`` row, on its worst seed), and
     each finding's controls under ``<id>@<control>``; rows a run did not measure are NaN."""
     out: dict[str, list[float]] = {}
     seeds = results["seeds"]
@@ -409,8 +408,8 @@ def claim_values(results: dict[str, Any]) -> dict[str, list[float] | float]:
     put("rep-benign-q4k", lambda s: s["types"]["Q4_K"]["fp"][0] if "Q4_K" in s["types"] else float("nan"))
     put("clamp-agree", lambda s: s["agree_rep"] - s["agree_free"])
     put("stealth", lambda s: s["strict_em"]["rep"] - s["strict_em"]["clean"])
-    q8 = [s["q8_identical"] for s in seeds]
-    return {**out, "q8-exact": worst(q8, ">=")}
+    put("q8-exact", lambda s: s["q8_identical"])
+    return out
 
 
 def seeds_to_resolve(values: list[float], threshold: float) -> float:
