@@ -100,9 +100,44 @@ def test_baselines_vanish_under_exact_oracles():
     assert np.abs(atk.attack_loss(oracle(x0), D, x0, 200, 3, g)).max() < 1e-8
     assert np.abs(atk.attack_pia(oracle(x0), D, x0, 200)).max() < 1e-8
     assert np.abs(atk.attack_secmi(oracle(x0), D, x0, 100, 10)).max() < 1e-8
+    assert np.abs(atk.attack_secmi_official(oracle(x0), D, x0, 200)).max() < 1e-8
     # a biased network is caught by every baseline
     assert np.abs(atk.attack_loss(oracle(x0, 0.2), D, x0, 200, 1, g)).min() > 0.1
     assert np.abs(atk.attack_secmi(oracle(x0, 0.2, 0.1, g), D, x0, 100, 10)).min() > 1e-6
+
+
+def official_secmi_by_hand(eps_fn, x: torch.Tensor, interval: int) -> torch.Tensor:
+    """The official SecMIAttacker with attack_num = 1, written out in its own variables (y = x / sqrt(abar),
+    p = sqrt(1 / abar - 1)) in float64 from the linear betas: entry 0 of its denoised list minus the image."""
+    abar = make_schedule(1000, 1e-4, 0.02)
+    y = lambda z, s: z / math.sqrt(abar[s])  # noqa: E731
+    p = lambda s: math.sqrt(1 / abar[s] - 1)  # noqa: E731
+    x_next = (eps_fn(x, 0) * (p(interval) - p(0)) + y(x, 0)) * math.sqrt(abar[interval])
+    x_back = (eps_fn(x_next, interval) * (p(0) - p(interval)) + y(x_next, interval)) * math.sqrt(abar[0])
+    return x_back - x
+
+
+def test_official_secmi_is_one_inversion_and_one_denoising_step():
+    x = images(12)
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn((64, 64), generator=g, dtype=torch.float64) / 8
+    net = lambda z, t: torch.tanh(z @ w) * (1 + t / 500)  # noqa: E731 - a small deterministic network
+    counter = atk.CountingEps(net)
+    err = atk.secmi_official_error(counter, D, x, 200)
+    assert counter.rows == 2 * len(x)  # two network evaluations per image, whatever the ReDiffuse stride
+    assert torch.allclose(err, official_secmi_by_hand(net, x, 200), atol=1e-5)
+    np.testing.assert_allclose(atk.attack_secmi_official(net, D, x, 200), -(err**2).sum(dim=1).numpy(), rtol=1e-12)
+    # a noise prediction that does not depend on its input makes the round trip exact: the map is 0
+    const = images(12, seed=8)
+    assert torch.allclose(atk.secmi_official_error(lambda z, t: const, D, x, 200), torch.zeros_like(x), atol=1e-6)
+    # one step of size 1 barely moves the image (alpha_bar_1 ~ alpha_bar_0), a step of 200 does
+    small = float(atk.secmi_official_error(net, D, x, 1).abs().max())
+    assert small < 1e-2 < float(err.abs().max())
+    # it is not SecMI-stat at (200, 100): that inverts 0 -> 100 -> 200 -> 300 and compares at t = 200
+    x_hat, x_t = atk.secmi_pair(net, D, x, 200, 100)
+    assert not torch.allclose(x_hat - x_t, err, atol=1e-3)
+    with pytest.raises(ValueError, match="interval"):
+        atk.secmi_official_error(net, D, x, 1000)
 
 
 def test_variation_api_oracle_bias_and_variance():
@@ -235,10 +270,19 @@ def test_attack_suite_rows_costs_and_a_perfect_memoriser():
     cost = r.cost.query("seed == 0").set_index("attack")["evals_per_image"]
     nmax = max(p.n_queries)
     assert cost[f"ReDiffuse t{p.attack_t} n{nmax}"] == nmax * p.attack_t / p.attack_k
-    assert cost["SecMI"] == p.secmi_t / p.secmi_k + 2 and cost["SecMI-official"] == p.official_t / p.official_k + 2
+    # SecMI-stat: t/k inversion steps, one more, one back; the official SecMI: one step there, one back
+    assert cost["SecMI"] == p.secmi_t / p.secmi_k + 2 and cost["SecMI-official"] == 2
     assert cost["Loss-avg"] == p.loss_avg_draws and cost["PIA"] == 2 and cost["Loss"] == 1
-    for attack in ("Loss-official", "PIA-official", "PIAN-official", "SecMI-official", "Loss-avg-official"):
+    for attack in ("Loss-official", "PIA-official", "PIAN-official", "SecMI-official", "Loss-avg-official",
+                   "NN-Loss-official", "NN-PIA-official", "NN-PIAN-official", "NN-SecMI-official"):
         assert set(t.query("attack == @attack")["t"]) == {p.official_t}
+    assert set(t.query("attack == 'NN-SecMI'")["t"]) == {p.secmi_t}
+    nn_rd = t.query("attack == 'NN-ReDiffuse'")
+    assert set(zip(nn_rd["t"], nn_rd["n"])) == {(tt, n) for tt in (p.attack_t, p.official_t) for n in (1, 10)}
+    assert len(t.query("attack == 'NN-AvgDist'")) == 2 * 2  # two points, two seeds
+    x = images(40, 16)  # the ablation model's suite skips the NN fits (no claim reads them there)
+    side = dm.attack_suite(memoriser(x[:20]), D, x[:20], x[20:], p, torch.Generator().manual_seed(0), "ablation", 0)
+    assert not any(r["attack"].startswith("NN-") for r in side["rows"]) and side["rows"]
     rd = t.query("attack == 'ReDiffuse' and t == @p.attack_t")
     assert sorted(rd["n"].unique()) == sorted(p.n_queries)
     # a model that reproduces its members exactly gives them distance 0: ReDiffuse and AvgDist separate perfectly
@@ -262,6 +306,10 @@ def test_claim_values_pivot_matches_the_rows():
         assert v["rd-vs-pia@n1"][s] == pytest.approx(rd1 - auc["PIA", p.pia_t, 1, s])
         assert v["rd-vs-secmi"][s] == pytest.approx(rd10 - auc["SecMI", p.secmi_t, 1, s])
         assert v["rd-vs-secmi-official"][s] == pytest.approx(auc["ReDiffuse", ot, 10, s] - auc["SecMI-official", ot, 1, s])
+        assert v["rd-vs-loss-nn@avg-distances"][s] == pytest.approx(
+            auc["NN-AvgDist", ot, 10, s] - auc["NN-Loss-official", ot, 1, s])
+        assert v["rd-vs-secmi-stat-nn@n1"][s] == pytest.approx(
+            auc["NN-ReDiffuse", at, 1, s] - auc["NN-SecMI", p.secmi_t, 1, s])
         assert v["outputs-vs-distances@shuffled-labels"][s] == pytest.approx(
             auc["ReDiffuse-shuffled", at, 20, s] - auc["AvgDist-shuffled", at, 20, s])
     assert v["averaging-gain-every"] == v["averaging-gain"]

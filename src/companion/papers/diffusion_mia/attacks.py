@@ -92,15 +92,23 @@ def attack_rediffuse(api: Api, x: torch.Tensor, n: int, kind: str = "l2") -> np.
     return rediffuse_scores(x, query_variations(api, x, n), (n,), kind)[n]
 
 
+def loss_error(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int,
+               generator: torch.Generator) -> torch.Tensor:
+    """Loss / Naive's per-pixel error ``eps - eps_theta(x_t, t)`` for one fresh noise draw ``eps``."""
+    eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+    return eps - eps_fn(diffusion.q_sample(x, t, eps), t)
+
+
+def power_sum(err: torch.Tensor, p: int = 2) -> np.ndarray:
+    """Per-image ``sum |err|^p`` (rows of ``err``), in float64."""
+    return err.reshape(len(err), -1).double().abs().pow(p).sum(dim=1).numpy()
+
+
 def attack_loss(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, draws: int,
                 generator: torch.Generator) -> np.ndarray:
     """Loss / Naive: ``-mean over draws of ||eps - eps_theta(x_t, t)||^2``."""
-    total = torch.zeros(len(x), dtype=torch.float64)
-    for _ in range(draws):
-        eps = torch.randn(x.shape, generator=generator, dtype=x.dtype)
-        err = eps - eps_fn(diffusion.q_sample(x, t, eps), t)
-        total += err.reshape(len(x), -1).double().pow(2).sum(dim=1)
-    return -(total / draws).numpy()
+    total = sum(power_sum(loss_error(eps_fn, diffusion, x, t, generator)) for _ in range(draws))
+    return -(total / draws)
 
 
 def pia_error(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, normalize: bool = False) -> torch.Tensor:
@@ -114,8 +122,7 @@ def pia_error(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, norm
 
 def attack_pia(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, normalize: bool = False) -> np.ndarray:
     """PIA (PIAN with ``normalize``): ``-||eps0 - eps_theta(x_t, t)||_4^4`` (see :func:`pia_error`)."""
-    err = pia_error(eps_fn, diffusion, x, t, normalize)
-    return -err.reshape(len(x), -1).double().pow(4).sum(dim=1).numpy()
+    return -power_sum(pia_error(eps_fn, diffusion, x, t, normalize), 4)
 
 
 def secmi_pair(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +141,27 @@ def secmi_pair(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, k: 
 def attack_secmi(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, t: int, k: int) -> np.ndarray:
     """SecMI-stat score: ``-||x^_t - x~_t||^2``."""
     x_hat, x_t = secmi_pair(eps_fn, diffusion, x, t, k)
-    return -(x_hat - x_t).reshape(len(x), -1).double().pow(2).sum(dim=1).numpy()
+    return -power_sum(x_hat - x_t)
+
+
+def secmi_official_error(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, interval: int) -> torch.Tensor:
+    """The official code's SecMI attacker at ``interval`` (its map ``x^_0 - x``, 2 network evaluations).
+
+    The official ``SecMIAttacker`` steps by ``interval`` only (it never reads the DDIM stride k): one
+    deterministic inversion step from step 0 (the image, at alpha_bar_0 = 1 - beta_1) to ``interval``
+    with ``eps_theta(x, 0)``, one deterministic denoising step back to step 0 with
+    ``eps_theta(x~_interval, interval)``; the official ``main()`` compares entry 0 of both lists, the image
+    and that round trip. (With ``attack_num`` > 1 the later entries are computed and never read.)"""
+    if not 0 < interval < diffusion.T:
+        raise ValueError(f"the SecMI interval {interval} must be in 1..{diffusion.T - 1}")
+    a0, at = diffusion.abar[0], diffusion.abar[interval]
+    x_t = ddim_move(x, eps_fn(x, 0), a0, at)
+    return ddim_move(x_t, eps_fn(x_t, interval), at, a0) - x
+
+
+def attack_secmi_official(eps_fn: EpsFn, diffusion: Diffusion, x: torch.Tensor, interval: int) -> np.ndarray:
+    """The official SecMI attacker's threshold score ``-||x^_0 - x||^2`` (see :func:`secmi_official_error`)."""
+    return -power_sum(secmi_official_error(eps_fn, diffusion, x, interval))
 
 
 def mia_metrics(scores_mem: np.ndarray, scores_non: np.ndarray) -> tuple[float, float, float]:

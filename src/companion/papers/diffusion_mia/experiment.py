@@ -25,8 +25,10 @@ from companion.papers.diffusion_mia import nn_scorer
 from companion.papers.diffusion_mia.ddpm import Diffusion, EpsFn, mlp_eps_fn, train_ddpm
 
 OFFICIAL = tuple(f"{b}-official" for b in BASELINES)
-NN_OFFICIAL = ("NN-PIA-official", "NN-SecMI-official")
-NAMED = BASELINES + OFFICIAL + NN_OFFICIAL
+# the baselines scored by the NN scorer: every one-map attack at the official point, SecMI-stat at its own
+NN_OFFICIAL = ("NN-Loss-official", "NN-PIA-official", "NN-PIAN-official", "NN-SecMI-official")
+NN_OWN = ("NN-SecMI",)
+NAMED = BASELINES + OFFICIAL + NN_OFFICIAL + NN_OWN
 SHORT = {"ReDiffuse": "RD", "ReDiffuse-shuffled": "RD-shuffled", "NN-ReDiffuse": "NN-RD"}
 # the statistical rows whose "in every seed" twin is judged on their worst seed
 EVERY_SEED = ("averaging-gain", "blackbox-auc", "blackbox-asr")
@@ -52,7 +54,10 @@ def digits_split(n: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.
 
 def attack_suite(eps_fn: EpsFn, diffusion: Diffusion, mem: torch.Tensor, non: torch.Tensor, params: Params,
                  gen: torch.Generator, config: str, seed: int, keep_example: bool = False) -> dict[str, Any]:
-    """Every attack on members + non-members: metric rows, evaluations and seconds per image, examples."""
+    """Every attack on members + non-members: metric rows, evaluations and seconds per image, examples.
+
+    On the ``main`` config the NN scorer also scores ReDiffuse's maps (n = 1, 10, AvgDist) at the claims'
+    point and at the official one, every one-map baseline at the official point and SecMI-stat at its own."""
     x = torch.cat([mem, non])
     n = len(mem)
     # fixed relabellings per seed: the shuffled-label control scores the same outputs against them
@@ -76,6 +81,7 @@ def attack_suite(eps_fn: EpsFn, diffusion: Diffusion, mem: torch.Tensor, non: to
         return out
 
     nmax = max(params.n_queries)
+    nn_on = config == "main"  # the NN scorer's fits only on the model the claims read them from
     points = set(zip(params.sweep_t, params.sweep_k)) | {(params.attack_t, params.attack_k),
                                                          (params.official_t, params.official_k)}
     for t, k in sorted(points):
@@ -92,35 +98,42 @@ def attack_suite(eps_fn: EpsFn, diffusion: Diffusion, mem: torch.Tensor, non: to
                 add_metrics(f"{name}-shuffled", tuple(null), t, n_ablation(params))
         if (t, k) == (params.attack_t, params.attack_k) and keep_example:
             example = rediffuse_example(x, outs, n, params.distance)
-        if (t, k) == (params.official_t, params.official_k):
+        if nn_on and (t, k) in {(params.attack_t, params.attack_k), (params.official_t, params.official_k)}:
             maps = {("NN-ReDiffuse", 1): x - outs[0], ("NN-ReDiffuse", 10): x - outs[:10].mean(dim=0),
                     ("NN-AvgDist", 10): (x - outs[:10]).abs().mean(dim=0)}
             for (name, nq), m in maps.items():
                 add_metrics(name, nn_scorer.nn_metrics(m, n, seed, steps=params.nn_steps), t, nq)
-    ot, ok = params.official_t, params.official_k
+    ot = params.official_t
+
+    def scored(err: torch.Tensor, p: int) -> tuple[np.ndarray, torch.Tensor]:
+        return -atk.power_sum(err, p), err
+
+    def secmi_stat(c: EpsFn) -> tuple[np.ndarray, torch.Tensor]:
+        x_hat, x_t = atk.secmi_pair(c, diffusion, x, params.secmi_t, params.secmi_k)
+        return scored(x_hat - x_t, 2)
+
+    # name: (t, n, attack -> (threshold score, per-pixel map or None)); the official main() passes one
+    # interval (t = 200) to every attacker; its SecMI makes one inversion and one denoising step of that size
     runs = {
-        "Loss": (params.loss_t, 1, lambda c: atk.attack_loss(c, diffusion, x, params.loss_t, 1, gen)),
-        "Loss-avg": (params.loss_avg_t, params.loss_avg_draws,
-                     lambda c: atk.attack_loss(c, diffusion, x, params.loss_avg_t, params.loss_avg_draws, gen)),
-        "PIA": (params.pia_t, 1, lambda c: atk.attack_pia(c, diffusion, x, params.pia_t)),
-        "PIAN": (params.pia_t, 1, lambda c: atk.attack_pia(c, diffusion, x, params.pia_t, normalize=True)),
-        "SecMI": (params.secmi_t, 1, lambda c: atk.attack_secmi(c, diffusion, x, params.secmi_t, params.secmi_k)),
-        # the official main() passes one interval / attack_num to every attacker
-        "Loss-official": (ot, 1, lambda c: atk.attack_loss(c, diffusion, x, ot, 1, gen)),
-        "Loss-avg-official": (ot, params.loss_avg_draws,
-                              lambda c: atk.attack_loss(c, diffusion, x, ot, params.loss_avg_draws, gen)),
-        "PIA-official": (ot, 1, lambda c: atk.attack_pia(c, diffusion, x, ot)),
-        "PIAN-official": (ot, 1, lambda c: atk.attack_pia(c, diffusion, x, ot, normalize=True)),
-        "SecMI-official": (ot, 1, lambda c: atk.attack_secmi(c, diffusion, x, ot, ok)),
+        "Loss": (params.loss_t, 1, lambda c: (atk.attack_loss(c, diffusion, x, params.loss_t, 1, gen), None)),
+        "Loss-avg": (params.loss_avg_t, params.loss_avg_draws, lambda c: (
+            atk.attack_loss(c, diffusion, x, params.loss_avg_t, params.loss_avg_draws, gen), None)),
+        "PIA": (params.pia_t, 1, lambda c: scored(atk.pia_error(c, diffusion, x, params.pia_t), 4)),
+        "PIAN": (params.pia_t, 1, lambda c: scored(atk.pia_error(c, diffusion, x, params.pia_t, True), 4)),
+        "SecMI": (params.secmi_t, 1, secmi_stat),
+        "Loss-official": (ot, 1, lambda c: scored(atk.loss_error(c, diffusion, x, ot, gen), 2)),
+        "Loss-avg-official": (ot, params.loss_avg_draws, lambda c: (
+            atk.attack_loss(c, diffusion, x, ot, params.loss_avg_draws, gen), None)),
+        "PIA-official": (ot, 1, lambda c: scored(atk.pia_error(c, diffusion, x, ot), 4)),
+        "PIAN-official": (ot, 1, lambda c: scored(atk.pia_error(c, diffusion, x, ot, True), 4)),
+        "SecMI-official": (ot, 1, lambda c: scored(atk.secmi_official_error(c, diffusion, x, ot), 2)),
     }
     scores = {}
     for name, (t, nq, fn) in runs.items():
-        scores[name] = timed(name, fn)
+        scores[name], err = timed(name, fn)
         add(name, scores[name], t, nq)
-    x_hat, x_t = atk.secmi_pair(eps_fn, diffusion, x, ot, ok)
-    maps = {"NN-PIA-official": atk.pia_error(eps_fn, diffusion, x, ot), "NN-SecMI-official": x_hat - x_t}
-    for name, m in maps.items():
-        add_metrics(name, nn_scorer.nn_metrics(m, n, seed, steps=params.nn_steps), ot, 1)
+        if nn_on and f"NN-{name}" in NN_OFFICIAL + NN_OWN:
+            add_metrics(f"NN-{name}", nn_scorer.nn_metrics(err, n, seed, steps=params.nn_steps), t, 1)
     if keep_example:
         example["scores"] = {name: (s[:n], s[n:]) for name, s in scores.items()}
     return {"rows": rows, "cost": cost, "example": example}
@@ -246,9 +259,12 @@ def claim_values(results: Results) -> dict[str, float | list[float]]:
         put("rd-vs-pia-official", c, rd_off[c] - w["PIA-official"])
         put("rd-vs-secmi-official", c, rd_off[c] - w["SecMI-official"])
     nn_rd = {"": w[f"NN-RD {ot} n10"], "n1": w[f"NN-RD {ot} n1"], "avg-distances": w[f"NN-AvgDist {ot} n10"]}
+    nn_own = {"": w[f"NN-RD {at} n10"], "n1": w[f"NN-RD {at} n1"], "avg-distances": w[f"NN-AvgDist {at} n10"]}
     for c in ("", "n1", "avg-distances"):
+        put("rd-vs-loss-nn", c, nn_rd[c] - w["NN-Loss-official"])
         put("rd-vs-pia-nn", c, nn_rd[c] - w["NN-PIA-official"])
         put("rd-vs-secmi-nn", c, nn_rd[c] - w["NN-SecMI-official"])
+        put("rd-vs-secmi-stat-nn", c, nn_own[c] - w["NN-SecMI"])
     a, n = auc_wide(results, ablation_config(p)), n_ablation(p)
     put("outputs-vs-distances", "", a[f"RD {at} n{n}"] - a[f"AvgDist {at} n{n}"])
     put("outputs-vs-distances", "shuffled-labels", a[f"RD-shuffled {at} n{n}"] - a[f"AvgDist-shuffled {at} n{n}"])
@@ -262,13 +278,14 @@ def claim_values(results: Results) -> dict[str, float | list[float]]:
 
 def summary(results: Results, config: str = "main", official: bool = False) -> pd.DataFrame:
     """Mean (sd) AUC, ASR and TPR@1%FPR over seeds of every attack at its own operating point (ReDiffuse at
-    the claims' t, n = 1, 10, max), or with ``official`` every attack at the official t, k, threshold and NN-scored."""
+    the claims' t, n = 1, 10, max; SecMI-stat and ReDiffuse also NN-scored), or with ``official`` every attack at
+    the official t, k, threshold and NN-scored."""
     p = results.params
     t = results.table.query("config == @config")
-    rt, base = (p.official_t, OFFICIAL + NN_OFFICIAL) if official else (p.attack_t, BASELINES)
+    rt, base = (p.official_t, OFFICIAL + NN_OFFICIAL) if official else (p.attack_t, BASELINES + NN_OWN)
     family = ("ReDiffuse", "AvgDist", "NN-ReDiffuse", "NN-AvgDist")
     keep = ((t["attack"].isin(base))
-            | (t["attack"].isin(family[2:]) & official)
+            | (t["attack"].isin(family[2:]) & (t["t"] == rt))
             | ((t["attack"] == "ReDiffuse") & (t["t"] == rt) & t["n"].isin([1, 10, max(p.n_queries)]))
             | ((t["attack"] == "AvgDist") & (t["t"] == rt) & t["n"].isin([10, max(p.n_queries)])))
     t = t[keep].copy()
@@ -309,6 +326,9 @@ def metrics(results: Results) -> dict[str, Any]:
         "nn_official_mean_auc": {k: round(float(w[k].mean()), 4) for k in (*NN_OFFICIAL, f"NN-RD t{p.official_t} n1",
                                                                           f"NN-RD t{p.official_t} n10",
                                                                           f"NN-AvgDist t{p.official_t} n10")},
+        "nn_own_mean_auc": {k: round(float(w[k].mean()), 4) for k in (*NN_OWN, f"NN-RD t{p.attack_t} n1",
+                                                                     f"NN-RD t{p.attack_t} n10",
+                                                                     f"NN-AvgDist t{p.attack_t} n10")},
         "n_curve_auc": curve,
         "secmi_minus_rediffuse_auc": round(secmi_margin(results), 4),
         "evals_per_image": {k: float(v) for k, v in cost_table(results)["evals_per_image"].items()},
