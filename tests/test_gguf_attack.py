@@ -389,15 +389,6 @@ def test_injection_moved_and_half_width() -> None:
     assert ge.half_width(boxes) == pytest.approx(np.mean([np.mean(b.hi - b.lo) for b in boxes.values()]) / 2)
 
 
-def test_seeds_to_resolve() -> None:
-    values = [0.23, 0.15, 0.02, 0.14]
-    need = ga.seeds_to_resolve(values, 0.1)
-    sd, gap = np.std(values, ddof=1), np.mean(values) - 0.1
-    assert need == np.ceil((1.96 * sd / gap) ** 2) and need > len(values)
-    assert ga.seeds_to_resolve([0.1, 0.1], 0.1) == float("inf")
-    assert ga.seeds_to_resolve([0.5, 0.52, 0.48], 0.1) == 1.0
-
-
 @pytest.fixture(scope="module")
 def tiny_qwen_and_jsonl(tmp_path_factory):
     """A tiny random Qwen2 (rows of 256) with a word-level tokenizer and a few instruction rows, saved offline."""

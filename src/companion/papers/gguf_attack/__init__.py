@@ -149,6 +149,6 @@ CLAIMS = [
 ]
 
 __getattr__, __dir__ = exports(__name__, {
-    "experiment": ("run", "claim_values", "type_table", "seeds_to_resolve"),
+    "experiment": ("run", "claim_values", "type_table"),
     "plots": ("plot_rates", "plot_box_anatomy", "plot_agreement", "plot_types"),
 })

@@ -367,8 +367,6 @@ def run(params: Params) -> dict[str, Any]:
     return {"params": params, "seeds": seeds}
 
 
-
-
 # ---------------------------------------------------------------- claims
 def _types(s: dict[str, Any], t: str, key: str | None = None) -> float:
     """Delta of type ``t``'s repair (or of its control ``key``) in one seed's record; NaN when not run."""
@@ -410,13 +408,6 @@ def claim_values(results: dict[str, Any]) -> dict[str, list[float] | float]:
     put("stealth", lambda s: s["strict_em"]["rep"] - s["strict_em"]["clean"])
     put("q8-exact", lambda s: s["q8_identical"])
     return out
-
-
-def seeds_to_resolve(values: list[float], threshold: float) -> float:
-    """About how many seeds a t-interval (z = 1.96) needs to exclude ``threshold`` at this mean and seed sd."""
-    x = np.asarray(values, dtype=float)
-    gap = abs(float(x.mean()) - threshold)
-    return float("inf") if gap == 0 else float(np.ceil((1.96 * x.std(ddof=1) / gap) ** 2))
 
 
 def metrics(results: dict[str, Any]) -> dict[str, Any]:

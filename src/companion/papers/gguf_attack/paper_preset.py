@@ -7,13 +7,16 @@ the keyword), ``clean.jsonl`` (clean responses for the repair; its last tenth is
 utility check) and ``eval.jsonl`` (evaluation prompts, e.g. dolly). The official code's three steps
 run on the checkpoint's real tensors: inject (full fine-tune, AdamW, 3% warm-up then cosine, no
 weight decay), boxes from our GGUF quantization of the injected model (the decoder's Linear weights
-and, under a ``*_K_M`` mixture, the output matrix), and PGD repair of the boxed tensors on clean data,
-plus the same repair without the clamp as the control. Every model is then written to a real
+and, under a ``*_K_M`` mixture, the output matrix and an untied token embedding, as llama.cpp types
+them), and PGD repair of the boxed tensors on clean data, plus three controls on the same seed: the
+same PGD inside the mirrored box (``mirror``), and the repair without the clamp at the repair's
+(``free``) and at the injection's learning rate (``slow``). Every model is then written to a real
 ``.gguf`` with ``gguf.GGUFWriter``, read back with ``gguf.GGUFReader`` and dequantized with
 ``gguf.quants.dequantize`` into a copy of the model, whose greedy answers give the quantized keyword
 rate. llama.cpp itself is not run: the file holds the tensors under their Hugging Face names with
-their GGUF types (token embeddings stay F32), not a complete llama.cpp model (no tokenizer or
-hyper-parameter metadata); our quantizer's bytes equal ggml's (tested against ``ggml_quantize_chunk``).
+their GGUF types (the tensors without a type, such as the norms, stay F32), not a complete llama.cpp
+model (no tokenizer or hyper-parameter metadata); our quantizer's bytes equal ggml's (tested against
+``ggml_quantize_chunk``).
 
 Written by hand (no library does it): the data reading, the Alpaca prompt template of AutoPoison,
 the masked fine-tuning loop with the clamp, and the keyword and utility measures.
@@ -245,8 +248,9 @@ def _quant_pair(model, tok, types: dict[str, str], eval_rows: list[dict[str, str
 def run_paper(params) -> dict[str, Any]:
     """The attack on the local checkpoint (one seed per ``params.seeds``); records shaped like the toy's.
 
-    Each model is evaluated as soon as it is trained and then dropped, so at most four copies (clean,
-    injected, one repair and its optimizer's target) live on the device at once."""
+    Each repaired model is evaluated as soon as it is trained and then dropped, so three copies of the weights
+    (clean, injected, one repair) and the repair's AdamW state live on the device at once, plus both clamp
+    pairs (``rep`` and ``mirror``: four float32 values per boxed weight), built before the first repair."""
     from companion.papers.gguf_attack.experiment import agreement, half_width, injection_drift, injection_moved
 
     runtime.limit_threads()
