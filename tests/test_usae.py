@@ -280,6 +280,30 @@ def test_cam_raises_the_concept_for_every_model():
 
 # --- parameters --------------------------------------------------------------------------------
 
+def test_rows_equal_the_standardised_permuted_copy():
+    # The training loop reads Rows per batch; the toy's numbers must not move: every batch is, entry for
+    # entry, the batch of the standardised (and, for the shuffled control, permuted) copy used before.
+    acts = _toy_acts(40)
+    stds = [universal.Standardiser.fit(a) for a in acts]
+    _, perms = universal.shuffle_pairs(acts, np.random.default_rng(3))
+    copies = universal.shuffle_pairs([s(a) for s, a in zip(stds, acts)], np.random.default_rng(3))[0]
+    perms_b = universal.pair_permutations(40, 3, np.random.default_rng(3))
+    assert all(np.array_equal(p, q) for p, q in zip(perms, perms_b))
+    idx = torch.from_numpy(np.random.default_rng(4).permutation(40)[:16])
+    for a, s, p, copy in zip(acts, stds, perms, copies):
+        assert torch.equal(universal.Rows(a, s, p)[idx], copy[idx])
+        assert torch.equal(universal.Rows(a, s)[idx], s(a)[idx])
+
+
+def test_rows_cast_float16_tokens_per_batch():
+    acts = torch.randn(300, 6, generator=torch.Generator().manual_seed(0)) * 4 + 3
+    half = acts.half()
+    std32, std16 = universal.Standardiser.fit(half.float()), universal.Standardiser.fit(half, chunk=64)
+    assert std16.mean == pytest.approx(std32.mean, rel=1e-5) and std16.std == pytest.approx(std32.std, rel=1e-5)
+    batch = universal.Rows(half, std16)[torch.arange(10)]
+    assert batch.dtype == torch.float32 and torch.allclose(batch, std32(half[:10].float()), atol=1e-5)
+
+
 @pytest.mark.parametrize("over, name", [({"top_k": 40}, "top_k"), ({"n_concepts": 32, "top_k": 4}, "n_concepts"),
                                         ({"top_concepts": 200}, "top_concepts")])
 def test_bad_parameters_are_refused(over, name):
@@ -302,6 +326,58 @@ def test_patch_tokens_drop_class_token_and_resize():
     assert torch.equal(same, hidden[:, 1:197])
 
 
+def _tiny_dinov2(folder: Path, vis: dict) -> None:
+    """A tiny DINOv2 whose model config says 63 (a 9x9 grid, as the real one says 518) but whose processor
+    crops 35 (5x5), as the real one crops 224."""
+    import transformers as T
+
+    T.Dinov2Model(T.Dinov2Config(image_size=63, patch_size=7, **vis)).save_pretrained(folder)
+    T.BitImageProcessorPil(size={"shortest_edge": 40}, crop_size={"height": 35, "width": 35}).save_pretrained(folder)
+
+
+def test_dinov2_input_is_the_processor_crop_not_the_config_size(tmp_path):
+    _tiny_dinov2(tmp_path, dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2))
+    model, prep, size, patch = paper_preset.load_backbone(tmp_path, torch.device("cpu"))
+    assert (size, patch) == (35, 7)  # the config's 63 would give a 9x9 grid
+    from PIL import Image
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (50, 70, 3), dtype=np.uint8))
+    x = torch.as_tensor(paper_preset.preprocess(image, prep, size))[None]
+    with torch.no_grad():
+        hidden = model(pixel_values=x).last_hidden_state
+    assert hidden.shape[1] == 1 + 5 * 5  # class token + the 5x5 grid of the 35 crop
+
+
+def test_non_square_image_is_cropped_not_squashed():
+    from PIL import Image
+
+    # 40 high, 80 wide: white outer quarters, black middle half. Resizing the shorter edge to 32 and
+    # cropping the centre keeps only the black half; squashing to 32x32 would keep the white quarters.
+    pixels = np.zeros((40, 80, 3), dtype=np.uint8)
+    pixels[:, :20] = pixels[:, 60:] = 255
+    prep = {"size": {"height": 32, "width": 32}, "rescale_factor": 1 / 255, "image_mean": [0, 0, 0],
+            "image_std": [1, 1, 1]}
+    x = paper_preset.preprocess(Image.fromarray(pixels), prep, 32)
+    assert x.shape == (3, 32, 32)
+    assert float(np.abs(x[:, :, 3:-3]).max()) < 0.05 and float(x.mean()) < 0.05
+    squashed = np.asarray(Image.fromarray(pixels).resize((32, 32), Image.BICUBIC), dtype=np.float32) / 255
+    assert float(squashed.mean()) > 0.4  # what the old resize to the square kept
+
+
+def test_float16_cache_round_trips(tmp_path):
+    rng = np.random.default_rng(0)
+    tokens = [{name: rng.normal(size=(4, d)).astype(np.float16) for name, d in zip(paper_preset.BACKBONES, (3, 5, 2))}
+              for _ in range(2)]
+    paths = []
+    for i, t in enumerate(tokens):
+        np.savez(tmp_path / f"{i}.npz", **t)
+        paths.append(tmp_path / f"{i}.npz")
+    loaded = paper_preset.load_cached(paths)
+    for name, a in zip(paper_preset.BACKBONES, loaded):
+        assert a.dtype == torch.float16
+        assert np.array_equal(a.numpy(), np.concatenate([t[name] for t in tokens]))
+
+
 def _tiny_backbones(root: Path) -> None:
     """Tiny random SigLIP, DINOv2 (a 5x5 grid, resized to 4x4) and ViT folders, plus images."""
     import transformers as T
@@ -313,9 +389,7 @@ def _tiny_backbones(root: Path) -> None:
     sig = T.SiglipConfig(vision_config=dict(image_size=32, patch_size=8, **vis), text_config=text)
     T.SiglipModel(sig).save_pretrained(root / "backbones" / "siglip")
     T.SiglipImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(root / "backbones" / "siglip")
-    T.Dinov2Model(T.Dinov2Config(image_size=35, patch_size=7, **vis)).save_pretrained(root / "backbones" / "dinov2")
-    T.BitImageProcessorPil(size={"shortest_edge": 40}, crop_size={"height": 35, "width": 35}).save_pretrained(
-        root / "backbones" / "dinov2")
+    _tiny_dinov2(root / "backbones" / "dinov2", vis)
     T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, **{**vis, "hidden_size": 48})).save_pretrained(
         root / "backbones" / "vit")
     T.ViTImageProcessorPil(size={"height": 32, "width": 32}).save_pretrained(root / "backbones" / "vit")

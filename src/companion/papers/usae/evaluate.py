@@ -15,7 +15,8 @@ from torch import Tensor
 
 from companion.models.topk_sae import BatchNormTopKSAE
 from companion.papers.usae import concepts
-from companion.papers.usae.universal import Standardiser, TrainConfig, cross_r2, encode_all, shuffle_pairs, train
+from companion.papers.usae.universal import (Rows, Standardiser, TrainConfig, cross_r2, encode_all,
+                                             pair_permutations, train)
 
 # SeedSequence streams under a run's seed: the digits' augmentation draws from the bare seed, the SAE
 # batches and source models from TRAIN_STREAM, the shuffled control's permutations from SHUFFLE_STREAM.
@@ -99,16 +100,25 @@ def score(saes: list[BatchNormTopKSAE], test: list[Tensor], tau: float, top: int
 def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainConfig, seed: int,
                  tau: float, top: int, min_fires: int, controls: bool, ablation: bool = False
                  ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor, Tensor]:
-    """Standardise, train every variant from the same initial weights and batch order, score it."""
+    """Standardise, train every variant from the same initial weights and batch order, score it.
+
+    Training rows are standardised per batch and the shuffled control reads them through index
+    permutations (:class:`Rows`): no standardised or permuted copy of the training set is made.
+    """
     stds = [Standardiser.fit(a) for a in train_acts]
-    train_z = [s(a) for s, a in zip(stds, train_acts)]
+    train_z = [Rows(a, s) for s, a in zip(stds, train_acts)]
     test_z = [s(a) for s, a in zip(stds, test_acts)]
     names = ("universal",) + (("shuffled", "independent") if controls else ()) + (("all-decoders",) if ablation else ())
     out, keep = {}, None
     for name in names:
         gen = torch.Generator().manual_seed(seed)
         rng = np.random.default_rng([seed, TRAIN_STREAM])
-        data = shuffle_pairs(train_z, np.random.default_rng([seed, SHUFFLE_STREAM]))[0] if name == "shuffled" else train_z
+        if name == "shuffled":
+            rng_pairs = np.random.default_rng([seed, SHUFFLE_STREAM])
+            perms = pair_permutations(len(train_acts[0]), len(train_acts), rng_pairs)
+            data = [Rows(a, s, p) for a, s, p in zip(train_acts, stds, perms)]
+        else:
+            data = train_z
         run_cfg = replace(cfg, update_all_decoders=True) if name == "all-decoders" else cfg
         start = time.process_time()
         saes = train(data, run_cfg, gen, rng, universal=name != "independent")

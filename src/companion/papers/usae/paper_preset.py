@@ -2,12 +2,16 @@
 
 ``model_path`` holds one Hugging Face folder per backbone (``siglip/``, ``dinov2/``, ``vit/``:
 config.json, weights and preprocessor_config.json), loaded with ``transformers.AutoModel`` and
-never downloaded; ``data_path`` holds images. Each image goes through each backbone's own
-preprocessing (resize, centre crop, normalise, read from preprocessor_config.json); the
-last-layer tokens lose the class (and register) tokens, and every patch grid is resized to the
-smallest grid (bilinear, antialiased; DINOv2's 16x16 -> 14x14 officially) so that token t is the
-same image patch in every model. Tokens are cached as one ``.npz`` per image holding every model
-(the official ``combined_npz``), then the USAE and its controls train exactly as in the toy.
+never downloaded; ``data_path`` holds images. Every backbone sees square crops of its image
+processor's ``crop_size`` (224 for the three official backbones, as the official code feeds them;
+DINOv2's model config says 518, which is not used): the image is resized, aspect kept, so that its
+shorter edge is the processor's ``shortest_edge`` (else the crop size), centre-cropped and
+normalised with the processor's mean and std. The last-layer tokens lose the class (and register)
+tokens, and every patch grid is resized to the smallest grid (bilinear, antialiased; DINOv2's
+16x16 -> 14x14 officially) so that token t is the same image patch in every model. Tokens are
+cached in float16 as one ``.npz`` per image holding every model (the official ``combined_npz``)
+and stay float16 in memory; the USAE and its controls train exactly as in the toy, each batch cast
+to float32 and standardised when drawn (:class:`~companion.papers.usae.universal.Rows`).
 """
 
 from __future__ import annotations
@@ -38,8 +42,20 @@ SMOKE_IMAGES = 8
 SMOKE_STEPS = 20
 
 
+def _side(value: object) -> int | None:
+    """A square side from an image processor's size entry (an int or a {height, width} dict)."""
+    if isinstance(value, dict):
+        value = value.get("height", value.get("shortest_edge"))
+    return int(value) if value else None
+
+
+def input_size(prep: dict, config_size: int) -> int:
+    """The crop the backbone is fed: the processor's ``crop_size``, else its ``size``, else the config's."""
+    return _side(prep.get("crop_size")) or _side(prep.get("size")) or int(config_size)
+
+
 def load_backbone(folder: Path, device: torch.device) -> tuple[torch.nn.Module, dict, int, int]:
-    """The vision model in ``folder`` (eval), its preprocessing config, image size and patch size."""
+    """The vision model in ``folder`` (eval), its preprocessing config, input size and patch size."""
     from transformers import AutoConfig, AutoModel
 
     config = AutoConfig.from_pretrained(folder, local_files_only=True)
@@ -48,20 +64,21 @@ def load_backbone(folder: Path, device: torch.device) -> tuple[torch.nn.Module, 
     vcfg = getattr(config, "vision_config", config)
     prep_file = folder / "preprocessor_config.json"
     prep = json.loads(prep_file.read_text()) if prep_file.is_file() else {}
-    return vision.to(device).eval(), prep, int(vcfg.image_size), int(vcfg.patch_size)
+    return vision.to(device).eval(), prep, input_size(prep, vcfg.image_size), int(vcfg.patch_size)
 
 
 def preprocess(image: Image.Image, prep: dict, size: int) -> np.ndarray:
-    """Resize (shortest edge, or to the square), centre-crop to ``size``, scale, normalise: (3, s, s)."""
+    """Resize the shorter edge (aspect kept), centre-crop to ``size``, scale, normalise: (3, s, s).
+
+    The shorter edge goes to the processor's ``shortest_edge`` (DINOv2: 256), else to ``size``; the
+    image is never squashed to a square.
+    """
     image = image.convert("RGB")
     target = prep.get("size", {})
-    edge = target.get("shortest_edge") if isinstance(target, dict) else None
-    if edge:
-        scale = edge / min(image.size)
-        image = image.resize((max(size, round(image.width * scale)), max(size, round(image.height * scale))),
-                             Image.BICUBIC)
-    else:
-        image = image.resize((size, size), Image.BICUBIC)
+    edge = max(size, int(target.get("shortest_edge") or size) if isinstance(target, dict) else size)
+    scale = edge / min(image.size)
+    image = image.resize((max(size, round(image.width * scale)), max(size, round(image.height * scale))),
+                         Image.BICUBIC)
     left, top = (image.width - size) // 2, (image.height - size) // 2
     image = image.crop((left, top, left + size, top + size))
     x = np.asarray(image, dtype=np.float32) * float(prep.get("rescale_factor", 1 / 255))
@@ -115,13 +132,13 @@ def cache_activations(model_root: Path, files: list[Path], cache: Path, device: 
 
 
 def load_cached(paths: list[Path]) -> list[torch.Tensor]:
-    """Stack the cached tokens: one (images x tokens, d_m) float32 tensor per backbone."""
+    """Stack the cached tokens: one (images x tokens, d_m) float16 tensor per backbone (cast per batch)."""
     per = {name: [] for name in BACKBONES}
     for p in paths:
         with np.load(p) as z:
             for name in BACKBONES:
                 per[name].append(z[name])
-    return [torch.from_numpy(np.concatenate(per[n]).astype(np.float32)) for n in BACKBONES]
+    return [torch.from_numpy(np.concatenate(per[n]).astype(np.float16, copy=False)) for n in BACKBONES]
 
 
 def run_vision(params: "Params") -> "Results":

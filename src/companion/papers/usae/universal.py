@@ -29,13 +29,26 @@ class Standardiser:
     std: float
 
     @classmethod
-    def fit(cls, acts: Tensor) -> "Standardiser":
-        """Mean and standard deviation over every entry of ``acts``."""
-        return cls(float(acts.mean()), float(acts.std()))
+    def fit(cls, acts: Tensor, chunk: int = 1 << 16) -> "Standardiser":
+        """Mean and standard deviation over every entry of ``acts``.
+
+        Float32 input (the toy) as one reduction; lower precision (the paper preset's float16 tokens) by
+        float64 sums over row chunks, so no float32 copy of the whole matrix is made.
+        """
+        if acts.dtype == torch.float32:
+            return cls(float(acts.mean()), float(acts.std()))
+        total = square = 0.0
+        for part in acts.split(chunk):
+            part = part.double()
+            total += float(part.sum())
+            square += float((part * part).sum())
+        n = acts.numel()
+        mean = total / n
+        return cls(mean, math.sqrt(max(square - n * mean * mean, 0.0) / max(n - 1, 1)))
 
     def __call__(self, acts: Tensor) -> Tensor:
-        """Standardised activations."""
-        return (acts - self.mean) / (self.std + 1e-5)
+        """Standardised activations, in float32."""
+        return (acts.float() - self.mean) / (self.std + 1e-5)
 
     def invert(self, acts: Tensor) -> Tensor:
         """Back to the model's own activation scale."""
@@ -70,11 +83,42 @@ def cosine_lr(t: int, total: int, warmup: int, base: float, final: float, start:
     return final + 0.5 * (base - final) * (1 + math.cos(math.pi * frac))
 
 
+def pair_permutations(n: int, m: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """The shuffled control's sample orders: identity for model 1, one fixed permutation for each of 2..m."""
+    return [np.arange(n)] + [rng.permutation(n) for _ in range(m - 1)]
+
+
 def shuffle_pairs(acts: list[Tensor], rng: np.random.Generator) -> tuple[list[Tensor], list[np.ndarray]]:
-    """Models 2..M under one fixed random permutation of the samples each; model 1 keeps identity."""
-    n = len(acts[0])
-    perms = [np.arange(n)] + [rng.permutation(n) for _ in acts[1:]]
+    """Models 2..M under one fixed random permutation of the samples each; model 1 keeps identity (copies)."""
+    perms = pair_permutations(len(acts[0]), len(acts), rng)
     return [a[torch.from_numpy(p)] for a, p in zip(acts, perms)], perms
+
+
+class Rows:
+    """One model's training activations read by row: permuted and standardised per batch, never copied whole.
+
+    ``Rows(acts, std, perm)[idx]`` equals ``std(acts[perm])[idx]`` entry for entry (the same float32
+    operations on the same entries), so the toy's numbers do not depend on which of the two is used.
+    """
+
+    def __init__(self, acts: Tensor, std: Standardiser, perm: np.ndarray | None = None) -> None:
+        self.acts, self.std = acts, std
+        self.perm = None if perm is None else torch.from_numpy(perm).to(acts.device)
+
+    def __len__(self) -> int:
+        return len(self.acts)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.acts.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.acts.device
+
+    def __getitem__(self, idx: Tensor) -> Tensor:
+        idx = idx.to(self.acts.device)
+        return self.std(self.acts[idx if self.perm is None else self.perm[idx]])
 
 
 def make_saes(dims: list[int], cfg: TrainConfig, gen: torch.Generator) -> list[BatchNormTopKSAE]:
@@ -112,9 +156,9 @@ def train_step(saes: list[BatchNormTopKSAE], opts: list[torch.optim.Optimizer], 
     return float(loss.detach())
 
 
-def train(acts: list[Tensor], cfg: TrainConfig, gen: torch.Generator, rng: np.random.Generator,
+def train(acts: list[Tensor] | list[Rows], cfg: TrainConfig, gen: torch.Generator, rng: np.random.Generator,
           universal: bool = True) -> list[BatchNormTopKSAE]:
-    """Train one SAE per model on aligned rows of ``acts`` (list of (N, d_m)) for ``cfg.steps``."""
+    """Train one SAE per model on aligned rows of ``acts`` ((N, d_m) tensors or :class:`Rows`) for ``cfg.steps``."""
     saes = [s.to(acts[0].device) for s in make_saes([a.shape[1] for a in acts], cfg, gen)]
     opts = [torch.optim.AdamW(s.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for s in saes]
     used = [0] * len(saes)
