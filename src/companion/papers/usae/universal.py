@@ -88,12 +88,6 @@ def pair_permutations(n: int, m: int, rng: np.random.Generator) -> list[np.ndarr
     return [np.arange(n)] + [rng.permutation(n) for _ in range(m - 1)]
 
 
-def shuffle_pairs(acts: list[Tensor], rng: np.random.Generator) -> tuple[list[Tensor], list[np.ndarray]]:
-    """Models 2..M under one fixed random permutation of the samples each; model 1 keeps identity (copies)."""
-    perms = pair_permutations(len(acts[0]), len(acts), rng)
-    return [a[torch.from_numpy(p)] for a, p in zip(acts, perms)], perms
-
-
 class Rows:
     """One model's training activations read by row: permuted and standardised per batch, never copied whole.
 
