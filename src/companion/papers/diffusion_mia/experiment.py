@@ -2,9 +2,10 @@
 official (t, k), and the per-seed values of every claim and control.
 
 Every attack's rows carry (attack, t, n); :func:`auc_wide` pivots them to one AUC column per label:
-the baselines by name (``Loss``, ``PIA``, ..., and ``<name>-official`` at the official t, k), the
-ReDiffuse family as ``RD t<t> n<n>``, ``AvgDist t<t> n<n>`` and their shuffled-label twins
-``RD-shuffled`` / ``AvgDist-shuffled`` (the same scores, the member labels permuted).
+the baselines by name (``Loss``, ``PIA``, ..., ``<name>-official`` at the official t, k, and the
+NN-scored ``NN-<name>-official`` and ``NN-SecMI``), the ReDiffuse family as ``RD t<t> n<n>``,
+``AvgDist t<t> n<n>``, their NN-scored maps ``NN-RD t<t> n<n>`` / ``NN-AvgDist t<t> n<n>`` and their
+shuffled-label twins ``RD-shuffled`` / ``AvgDist-shuffled`` (the same scores, the member labels permuted).
 """
 
 from __future__ import annotations
