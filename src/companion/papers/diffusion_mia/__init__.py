@@ -192,10 +192,10 @@ CLAIMS = [
           "AUC_NN(Loss, t = 200, one draw, map |eps - eps_theta(x_t, t)|) >= 0.05 (mean over seeds; the bar of "
           "rd-vs-loss); controls as rd-vs-pia-nn", f"{PAPER}; {OFF['loss']}", 0.05, ">=",
           controls=("n1", "avg-distances")),
-    Claim("rd-vs-secmi-stat-nn", "rd-vs-secmi's attacks at their own points (ReDiffuse t = 100, k = 50; SecMI-stat "
-          "t_sec = 100, k_sec = 10) scored by the NN scorer instead of the threshold: AUC_NN(ReDiffuse, n = 10) - "
-          "AUC_NN(SecMI-stat, map |x^_t - x~_t|) >= 0 (mean over seeds; the bar of rd-vs-secmi); controls: the "
-          "n = 1 map, the AvgDist map, at t = 100", f"{PAPER}; {OFF['secmi']}{OFF_STAT}", 0.0, ">=",
+    Claim("rd-vs-secmi-stat-nn", "rd-vs-secmi's attacks at their own points (ReDiffuse at the claims' t, k: 100, 50 "
+          "on the digits; SecMI-stat t_sec = 100, k_sec = 10) scored by the NN scorer instead of the threshold: "
+          "AUC_NN(ReDiffuse, n = 10) - AUC_NN(SecMI-stat, map |x^_t - x~_t|) >= 0 (mean over seeds; the bar of "
+          "rd-vs-secmi); controls: the n = 1 map, the AvgDist map, at the same t", f"{PAPER}; {OFF['secmi']}{OFF_STAT}", 0.0, ">=",
           controls=("n1", "avg-distances")),
     Claim("outputs-vs-distances", "AUC(ReDiffuse, n = 20) - AUC(AvgDist, n = 20) >= 0.01 (mean over seeds; "
           "quick: the run's model, full: the more memorising N = 200, h = 256, 8000-step model); control: the "

@@ -1,9 +1,11 @@
 """The ``paper`` preset's loaders: a local ``diffusers`` ``UNet2DModel`` and CIFAR-10 with the official half split.
 
 ``model_path``: a folder written by ``UNet2DModel.save_pretrained`` (``config.json`` plus the weights),
-an epsilon-predictor trained on the members of the split. The official DDIM checkpoints are
-pytorch-ddpm U-Nets, not this format, and no converter is provided: the preset is the attacks on a
-``UNet2DModel`` the user trained on the official split, not the paper's model. ``data_path``: a folder holding
+an epsilon-predictor trained on the members of the split. The official repository releases no
+checkpoint; its DDIM models are pytorch-ddpm U-Nets, not this format, and no converter is provided:
+the preset is the attacks on a ``UNet2DModel`` the user trained on the official split, not the paper's
+model, judged by the digits-calibrated bars; the numbers to compare it with are the official code's
+output (``DDIM/result_randomseed.csv``), quoted in the claims' paper column. ``data_path``: a folder holding
 ``cifar-10-batches-py/data_batch_1..5`` (the python pickles of the CIFAR-10 training set) and
 ``CIFAR10_train_ratio0.5.npz`` with ``mia_train_idxs`` (members) and ``mia_eval_idxs`` (non-members),
 indices into those 50 000 training images. Nothing is downloaded.
