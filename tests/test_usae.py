@@ -257,6 +257,51 @@ def test_claim_values_feed_every_claim_and_control():
     assert verdicts["cross-r2"].controls[1].verdict == FAILS
 
 
+def _assert_same_scores(a: evaluate.VariantEval, b: evaluate.VariantEval) -> None:
+    assert np.allclose(a.r2, b.r2, rtol=0, atol=1e-5)
+    assert np.array_equal(a.union, b.union) and a.dead == b.dead
+    assert np.allclose(a.cofire, b.cofire, rtol=0, atol=1e-6) and np.allclose(a.fe, b.fe, rtol=0, atol=1e-6)
+    assert a.cofire_top == pytest.approx(b.cofire_top, abs=1e-6)
+    assert a.cofire_rest == pytest.approx(b.cofire_rest, abs=1e-6)
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_chunked_scoring_equals_scoring_at_once(half):
+    # The paper preset scores held-out tokens a chunk at a time (bounded memory); the toy encodes them all at
+    # once. On trained SAEs, with chunks that do not divide the held-out set, every score and the energy order
+    # agree to float rounding, for float32 and for the paper preset's float16 tokens.
+    views = _linear_views(420, 2)
+    train, test = [v[:300] for v in views], [v[300:] for v in views]
+    test = [t.half() for t in test] if half else test
+    stds = [universal.Standardiser.fit(a) for a in train]
+    saes = universal.train([universal.Rows(a, s) for a, s in zip(train, stds)], _cfg(steps=60, batch_size=64),
+                           torch.Generator().manual_seed(5), np.random.default_rng(5))
+    once, codes, order = evaluate.score(saes, [s(a) for s, a in zip(stds, test)], 0.1, 8, 5, 0.0)
+    assert len(once.fe) > 8 and once.dead < 32  # enough live concepts for top and rest
+    for chunk in (7, 50, 120, 1000):
+        chunked, order_c = evaluate.score_chunked(saes, test, stds, 0.1, 8, 5, 0.0, chunk)
+        _assert_same_scores(chunked, once)
+        assert torch.equal(order_c, order)
+        ids = order[:6]
+        sub = evaluate.concept_codes(saes, test, stds, ids, chunk)
+        assert torch.allclose(sub, codes[:, :, ids], rtol=0, atol=1e-5)  # chunked matmuls round differently
+        # the figure's picks hold the same top values (which of several tied zeros is picked may differ)
+        picks = torch.from_numpy(evaluate.top_samples(sub, 8)).permute(1, 2, 0)  # (M, 8, concepts)
+        top_once = codes[:, :, ids].sort(dim=1, descending=True).values[:, :8]
+        assert torch.allclose(codes[:, :, ids].gather(1, picks), top_once, rtol=0, atol=1e-5)
+
+
+def test_fit_variants_chunked_equals_at_once():
+    views = _linear_views(300, 1)
+    cfg = _cfg(steps=40, batch_size=64)
+    args = ([v[:200] for v in views], [v[200:] for v in views], cfg, 3, 0.1, 8, 5, True)
+    once, _, _, codes, order = evaluate.fit_variants(*args)
+    chunked, _, _, no_codes, order_c = evaluate.fit_variants(*args, chunk=33)
+    assert codes is not None and no_codes is None and torch.equal(order, order_c)
+    for name in ("universal", "shuffled", "independent"):
+        _assert_same_scores(chunked[name], once[name])
+
+
 def test_ablation_trains_the_all_decoders_variant_from_the_same_start():
     views = _linear_views(300, 1)
     cfg = _cfg(steps=40, batch_size=64)

@@ -13,13 +13,19 @@ import torch
 from torch import Tensor
 
 EPS = 1e-10  # the official analysis's guard against 0 / 0
+R2_EPS = 1e-8  # the guard of R²'s denominator
 
 
 def r2(x: Tensor, x_hat: Tensor) -> float:
     """Overcomplete's R²: 1 - mean((x - x_hat)²) / mean((x - mean(x))²), mean(x) one global scalar."""
     ss_res = ((x - x_hat) ** 2).mean()
     ss_tot = ((x - x.mean()) ** 2).mean()
-    return float(1 - ss_res / (ss_tot + 1e-8))
+    return float(1 - ss_res / (ss_tot + R2_EPS))
+
+
+def r2_from_means(ss_res: float, ss_tot: float) -> float:
+    """:func:`r2` from its two means, mean((x - x_hat)²) and mean((x - mean(x))²), accumulated elsewhere."""
+    return float(1 - ss_res / (ss_tot + R2_EPS))
 
 
 def off_diagonal_mean(matrix: np.ndarray) -> float:
@@ -62,7 +68,12 @@ def cofire_iou(fires: Tensor) -> Tensor:
 
 def energy(codes: Tensor, dictionaries: list[Tensor]) -> Tensor:
     """Sum over models of ||mean_s Z_m[:, c] * D_m[c]||_2, (concepts,)."""
-    return sum(codes[m].mean(dim=0).abs() * d.norm(dim=1) for m, d in enumerate(dictionaries))
+    return energy_of_means([codes[m].mean(dim=0) for m in range(len(dictionaries))], dictionaries)
+
+
+def energy_of_means(means: list[Tensor], dictionaries: list[Tensor]) -> Tensor:
+    """:func:`energy` from each model's mean code per concept, (concepts,) each."""
+    return sum(mu.abs() * d.norm(dim=1) for mu, d in zip(means, dictionaries))
 
 
 # --- references: one concept and one sample at a time ------------------------------------------

@@ -75,15 +75,64 @@ class SeedRun:
 
 def score(saes: list[BatchNormTopKSAE], test: list[Tensor], tau: float, top: int, min_fires: int,
           cpu: float) -> tuple[VariantEval, Tensor, Tensor]:
-    """Held-out scores of one set of SAEs, with the codes and energy order."""
+    """Held-out scores of one set of SAEs, with the codes and energy order (every sample encoded at once)."""
     _, codes = encode_all(saes, test)
     r2 = cross_r2(saes, test, codes)
     codes = codes.cpu()
     fires = concepts.firing(codes, tau)
-    counts = concepts.firing_counts(fires)
+    energy = concepts.energy(codes, [s.get_dictionary().detach().cpu() for s in saes])
+    ev, order = _finish(r2, concepts.firing_counts(fires), concepts.cofire_counts(fires), energy, top, min_fires, cpu)
+    return ev, codes, order
+
+
+@torch.no_grad()
+def score_chunked(saes: list[BatchNormTopKSAE], test_acts: list[Tensor], stds: list[Standardiser], tau: float,
+                  top: int, min_fires: int, cpu: float, chunk: int) -> tuple[VariantEval, Tensor]:
+    """:func:`score` of ``[std(a) for a in test_acts]``, reading ``chunk`` held-out rows at a time.
+
+    Only one chunk's standardised activations and codes exist at once: R²'s squared errors, the firing and
+    co-firing counts and the code sums are accumulated (float64 sums; counts exact), so memory is bounded by
+    ``chunk`` and not by the held-out set. Same values as :func:`score` up to float rounding of the sums.
+    Returns the scores and the energy order; the codes themselves are not kept (:func:`concept_codes`).
+    """
+    n_models, n = len(saes), len(test_acts[0])
+    for sae in saes:
+        sae.eval()
+    spans = [(lo, min(lo + chunk, n)) for lo in range(0, n, chunk)]
+    f64 = torch.float64
+    means = [sum(float(std(a[lo:hi]).sum(dtype=f64)) for lo, hi in spans) / a.numel()
+             for std, a in zip(stds, test_acts)]
+    ss_res = np.zeros((n_models, n_models))
+    ss_tot = np.zeros(n_models)
+    counts = cofire = code_sums = None
+    for lo, hi in spans:
+        xs = [std(a[lo:hi]) for std, a in zip(stds, test_acts)]
+        codes = xs[0].new_empty((n_models, hi - lo, saes[0].linear.out_features))
+        for m, (sae, x) in enumerate(zip(saes, xs)):
+            codes[m] = sae.encode(x)[1]
+        for j, x in enumerate(xs):
+            ss_tot[j] += float(((x - means[j]) ** 2).sum(dtype=f64))
+            for i in range(n_models):
+                ss_res[i, j] += float(((x - saes[j].decode(codes[i])) ** 2).sum(dtype=f64))
+        fires = concepts.firing(codes, tau)
+        part = (concepts.firing_counts(fires), concepts.cofire_counts(fires), codes.sum(dim=1, dtype=f64))
+        counts, cofire, code_sums = part if counts is None else (counts + part[0], cofire + part[1],
+                                                                  code_sums + part[2])
+        del xs, codes, fires, part
+    dims = [a.shape[1] for a in test_acts]
+    r2 = np.array([[concepts.r2_from_means(ss_res[i, j] / (n * dims[j]), ss_tot[j] / (n * dims[j]))
+                    for j in range(n_models)] for i in range(n_models)])
+    code_means = [(code_sums[m] / n).float().cpu() for m in range(n_models)]
+    energy = concepts.energy_of_means(code_means, [s.get_dictionary().detach().cpu() for s in saes])
+    return _finish(r2, counts.cpu(), cofire.cpu(), energy, top, min_fires, cpu)
+
+
+def _finish(r2: np.ndarray, counts: Tensor, cofire: Tensor, energy: Tensor, top: int, min_fires: int,
+            cpu: float) -> tuple[VariantEval, Tensor]:
+    """The scores from the R² matrix, firing counts (M, C), co-fire counts (C,) and energies (C,)."""
     union = counts.sum(0)
-    order = concepts.energy(codes, [s.get_dictionary().detach().cpu() for s in saes]).argsort(descending=True)
-    prop = concepts.cofire_proportion(fires)[:, order]
+    order = energy.argsort(descending=True)
+    prop = (cofire / (counts + concepts.EPS))[:, order]  # concepts.cofire_proportion from the counts
     fe = concepts.firing_entropy(counts)[order]
     alive = (union[order] >= min_fires).numpy()
     top_ids = np.flatnonzero(alive)[:top]
@@ -94,20 +143,36 @@ def score(saes: list[BatchNormTopKSAE], test: list[Tensor], tau: float, top: int
         cofire_top=float(mean_prop[top_ids].mean()) if len(top_ids) else float("nan"),
         cofire_rest=float(mean_prop[rest_ids].mean()) if len(rest_ids) else float("nan"),
         dead=int((union == 0).sum()), cpu_seconds=cpu)
-    return ev, codes, order
+    return ev, order
+
+
+@torch.no_grad()
+def concept_codes(saes: list[BatchNormTopKSAE], test_acts: list[Tensor], stds: list[Standardiser], ids: Tensor,
+                  chunk: int) -> Tensor:
+    """Codes of concepts ``ids`` on every held-out row, (M, N, len(ids)) on the CPU, encoded ``chunk`` rows at a time."""
+    ids = ids.to(test_acts[0].device)
+    out = []
+    for lo in range(0, len(test_acts[0]), chunk):
+        out.append(torch.stack([sae.eval().encode(std(a[lo:lo + chunk]))[1][:, ids].cpu()
+                                for sae, std, a in zip(saes, stds, test_acts)]))
+    return torch.cat(out, dim=1)
 
 
 def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainConfig, seed: int,
-                 tau: float, top: int, min_fires: int, controls: bool, ablation: bool = False
-                 ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor, Tensor]:
+                 tau: float, top: int, min_fires: int, controls: bool, ablation: bool = False,
+                 chunk: int | None = None
+                 ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor | None, Tensor]:
     """Standardise, train every variant from the same initial weights and batch order, score it.
 
     Training rows are standardised per batch and the shuffled control reads them through index
-    permutations (:class:`Rows`): no standardised or permuted copy of the training set is made.
+    permutations (:class:`Rows`): no standardised or permuted copy of the training set is made. With
+    ``chunk`` (the paper preset) the held-out rows are standardised and scored ``chunk`` at a time
+    (:func:`score_chunked`) and the USAE's codes are not returned (None); without it (the toy) they are
+    scored at once (:func:`score`).
     """
     stds = [Standardiser.fit(a) for a in train_acts]
     train_z = [Rows(a, s) for s, a in zip(stds, train_acts)]
-    test_z = [s(a) for s, a in zip(stds, test_acts)]
+    test_z = None if chunk else [s(a) for s, a in zip(stds, test_acts)]
     names = ("universal",) + (("shuffled", "independent") if controls else ()) + (("all-decoders",) if ablation else ())
     out, keep = {}, None
     for name in names:
@@ -122,7 +187,12 @@ def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainCo
         run_cfg = replace(cfg, update_all_decoders=True) if name == "all-decoders" else cfg
         start = time.process_time()
         saes = train(data, run_cfg, gen, rng, universal=name != "independent")
-        ev, codes, order = score(saes, test_z, tau, top, min_fires, time.process_time() - start)
+        cpu = time.process_time() - start
+        if chunk:
+            codes = None
+            ev, order = score_chunked(saes, test_acts, stds, tau, top, min_fires, cpu, chunk)
+        else:
+            ev, codes, order = score(saes, test_z, tau, top, min_fires, cpu)
         out[name] = ev
         if name == "universal":
             keep = (saes, codes, order)
@@ -133,5 +203,10 @@ def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainCo
 def top_activating(codes: Tensor, order: Tensor, n_concepts: int, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
     """For the ``n_concepts`` highest-energy concepts: each model's ``n_samples`` strongest samples."""
     ids = order[:n_concepts]
-    picks = codes[:, :, ids].argsort(dim=1, descending=True)[:, :n_samples, :]  # (M, n, concepts)
-    return picks.permute(2, 0, 1).numpy(), ids.numpy()
+    return top_samples(codes[:, :, ids], n_samples), ids.numpy()
+
+
+def top_samples(codes: Tensor, n_samples: int) -> np.ndarray:
+    """Each model's ``n_samples`` strongest samples of every concept in ``codes`` (M, N, c): (c, M, n_samples)."""
+    picks = codes.argsort(dim=1, descending=True)[:, :n_samples, :]  # (M, n, concepts)
+    return picks.permute(2, 0, 1).numpy()

@@ -11,7 +11,9 @@ tokens, and every patch grid is resized to the smallest grid (bilinear, antialia
 16x16 -> 14x14 officially) so that token t is the same image patch in every model. Tokens are
 cached in float16 as one ``.npz`` per image holding every model (the official ``combined_npz``)
 and stay float16 in memory; the USAE and its controls train exactly as in the toy, each batch cast
-to float32 and standardised when drawn (:class:`~companion.papers.usae.universal.Rows`).
+to float32 and standardised when drawn (:class:`~companion.papers.usae.universal.Rows`). Scoring reads
+the held-out tokens ``SCORE_CHUNK`` at a time (:func:`~companion.papers.usae.evaluate.score_chunked`):
+the toy's one-shot scores, with peak memory set by the chunk instead of the held-out set.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ HELD_OUT = 0.1  # fraction of images held out for the analysis
 SPLIT_SEED = 0
 SMOKE_IMAGES = 8
 SMOKE_STEPS = 20
+# Held-out tokens scored per chunk (about 84 images of 196 tokens). One chunk's codes are 3 models x 16 384
+# tokens x 6 144 concepts x 4 B = 1.2 GB, plus about 1.6 GB of one encoder's temporaries; encoding all
+# ~980 000 held-out tokens at once would need 72 GB for the codes and 72 GB for the pre-codes.
+SCORE_CHUNK = 16384
+SMOKE_SCORE_CHUNK = 5  # the smoke run's 16 held-out tokens in several chunks, so the chunked path is exercised
 
 
 def _side(value: object) -> int | None:
@@ -145,7 +152,7 @@ def run_vision(params: "Params") -> "Results":
     """The ``paper`` preset: cache tokens, split images, train and score every seed in-process."""
     from dataclasses import replace
 
-    from companion.papers.usae.evaluate import SeedRun, fit_variants, top_activating
+    from companion.papers.usae.evaluate import SeedRun, concept_codes, fit_variants, top_samples
     from companion.papers.usae.experiment import FIG_CONCEPTS, FIG_SAMPLES, MIN_FIRES, Results, train_config
 
     device = runtime.resolve_device(params.device)
@@ -163,13 +170,15 @@ def run_vision(params: "Params") -> "Results":
         params = replace(params, usae_steps=SMOKE_STEPS, batch_size=min(params.batch_size, len(train[0])),
                          n_concepts=n, top_k=min(params.top_k, n // 4), top_concepts=min(params.top_concepts, n))
     cfg = train_config(params, len(train[0]))
+    chunk = SMOKE_SCORE_CHUNK if params.smoke else SCORE_CHUNK
+    train, test = [a.to(device) for a in train], [a.to(device) for a in test]
     runs = []
     for seed in params.seed_list():
-        variants, _, _, codes, order = fit_variants(
-            [a.to(device) for a in train], [a.to(device) for a in test], cfg, seed,
-            params.fire_threshold, min(params.top_concepts, params.n_concepts), MIN_FIRES, params.run_controls,
-            params.run_ablation)
-        picks, ids = top_activating(codes.cpu(), order.cpu(), FIG_CONCEPTS, FIG_SAMPLES)
+        variants, saes, stds, _, order = fit_variants(
+            train, test, cfg, seed, params.fire_threshold, min(params.top_concepts, params.n_concepts), MIN_FIRES,
+            params.run_controls, params.run_ablation, chunk=chunk)
+        ids = order[:FIG_CONCEPTS]
+        picks = top_samples(concept_codes(saes, test, stds, ids, chunk), FIG_SAMPLES)
         runs.append(SeedRun(seed, variants, {"images.train": len(paths) - n_test, "images.held_out": n_test},
-                            picks, ids))
+                            picks, ids.numpy()))
     return Results(params, BACKBONES, runs, "vision")
