@@ -52,11 +52,9 @@ def test_cofiring_hand_built():
     fires[1, [0, 1], 0] = True
     fires[1, 3, 1] = True
     assert concepts.cofire_counts(fires).tolist() == [2, 0]
-    prop = concepts.cofire_proportion(fires)
-    assert prop[:, 0].tolist() == pytest.approx([2 / 3, 1.0])
-    iou = concepts.cofire_iou(fires)
-    assert float(iou[0]) == pytest.approx(2 / 5)
-    assert (prop <= 1 + 1e-9).all() and (iou[None, :] <= prop + 1e-9).all()
+    prop = concepts.cofire_proportion(concepts.cofire_counts(fires), concepts.firing_counts(fires))
+    assert prop[:, 0].tolist() == pytest.approx([2 / 3, 1.0]) and prop[:, 1].tolist() == [0.0, 0.0]
+    assert (prop <= 1 + 1e-9).all()
 
 
 def test_vectorised_metrics_match_loops():
@@ -261,10 +259,12 @@ def test_score_of_identical_models_is_perfectly_universal():
     sae = BatchNormTopKSAE(6, 24, 3, gen)
     sae.train()
     sae(x)
-    ev, codes, order = evaluate.score([sae, sae], [x, x], 0.1, 4, 5, 0.0)
+    stds = [universal.Standardiser.fit(x)] * 2
+    ev, order = evaluate.score([sae, sae], [x, x], stds, 0.1, 4, 5, 0.0)
     assert ev.cofire_top == pytest.approx(1.0) and ev.cofire_rest == pytest.approx(1.0)
     assert np.allclose(ev.fe, 1.0, atol=1e-6) and len(ev.fe) > 4
     assert np.allclose(ev.r2, ev.r2[0, 0]) and ev.diag_margin == pytest.approx(0.0, abs=1e-9)
+    codes = evaluate.concept_codes([sae, sae], [x, x], stds, order)
     assert torch.equal(codes[0], codes[1]) and sorted(order.tolist()) == list(range(24))
 
 
@@ -320,21 +320,35 @@ def _assert_same_scores(a: evaluate.VariantEval, b: evaluate.VariantEval) -> Non
     assert a.cofire_rest == pytest.approx(b.cofire_rest, abs=1e-6)
 
 
+@torch.no_grad()
+def _score_at_once(saes, test, stds, tau, top, min_fires):
+    """The scores the direct way, every held-out row standardised and encoded at once: the reference for score."""
+    xs = [std(a) for std, a in zip(stds, test)]
+    codes = torch.stack([sae.eval().encode(x)[1] for sae, x in zip(saes, xs)])
+    m = len(saes)
+    r2 = np.array([[concepts.r2(xs[j], saes[j].decode(codes[i])) for j in range(m)] for i in range(m)])
+    fires = concepts.firing(codes, tau)
+    energy = concepts.energy(codes, [s.get_dictionary().detach() for s in saes])
+    counts = concepts.firing_counts(fires)
+    ev, order = evaluate._finish(r2, counts, concepts.cofire_counts(fires), energy, top, min_fires, 0.0)
+    return ev, codes, order
+
+
 @pytest.mark.parametrize("half", [False, True])
 def test_chunked_scoring_equals_scoring_at_once(half):
-    # The paper preset scores held-out tokens a chunk at a time (bounded memory); the toy encodes them all at
-    # once. On trained SAEs, with chunks that do not divide the held-out set, every score and the energy order
-    # agree to float rounding, for float32 and for the paper preset's float16 tokens.
+    # score reads the held-out rows a chunk at a time (the paper preset's bounded memory; None: at once, the
+    # toy). On trained SAEs, with chunks that do not divide the held-out set, every score and the energy order
+    # agree with the direct computation to float rounding, for float32 and for the paper preset's float16 tokens.
     views = _linear_views(420, 2)
     train, test = [v[:300] for v in views], [v[300:] for v in views]
     test = [t.half() for t in test] if half else test
     stds = [universal.Standardiser.fit(a) for a in train]
     saes = universal.train([universal.Rows(a, s) for a, s in zip(train, stds)], _cfg(steps=60, batch_size=64),
                            torch.Generator().manual_seed(5), np.random.default_rng(5))
-    once, codes, order = evaluate.score(saes, [s(a) for s, a in zip(stds, test)], 0.1, 8, 5, 0.0)
+    once, codes, order = _score_at_once(saes, test, stds, 0.1, 8, 5)
     assert len(once.fe) > 8 and once.dead < 32  # enough live concepts for top and rest
-    for chunk in (7, 50, 120, 1000):
-        chunked, order_c = evaluate.score_chunked(saes, test, stds, 0.1, 8, 5, 0.0, chunk)
+    for chunk in (None, 7, 50, 120, 1000):
+        chunked, order_c = evaluate.score(saes, test, stds, 0.1, 8, 5, 0.0, chunk)
         _assert_same_scores(chunked, once)
         assert torch.equal(order_c, order)
         ids = order[:6]
@@ -350,9 +364,9 @@ def test_fit_variants_chunked_equals_at_once():
     views = _linear_views(300, 1)
     cfg = _cfg(steps=40, batch_size=64)
     args = ([v[:200] for v in views], [v[200:] for v in views], cfg, 3, 0.1, 8, 5, True)
-    once, _, _, codes, order = evaluate.fit_variants(*args)
-    chunked, _, _, no_codes, order_c = evaluate.fit_variants(*args, chunk=33)
-    assert codes is not None and no_codes is None and torch.equal(order, order_c)
+    once, _, _, order = evaluate.fit_variants(*args)
+    chunked, _, _, order_c = evaluate.fit_variants(*args, chunk=33)
+    assert torch.equal(order, order_c)
     for name in ("universal", "shuffled", "independent"):
         _assert_same_scores(chunked[name], once[name])
 

@@ -56,14 +56,10 @@ def cofire_counts(fires: Tensor) -> Tensor:
     return fires.all(dim=0).sum(dim=0)
 
 
-def cofire_proportion(fires: Tensor) -> Tensor:
-    """P[m, c] = co-fires of c / fires of c in model m (0 where c never fires in m)."""
-    return cofire_counts(fires) / (firing_counts(fires) + EPS)
-
-
-def cofire_iou(fires: Tensor) -> Tensor:
-    """Co-fires of c over the union count U[c] = sum_m F[m, c], (concepts,)."""
-    return cofire_counts(fires) / (firing_counts(fires).sum(dim=0) + EPS)
+def cofire_proportion(cofire: Tensor, counts: Tensor) -> Tensor:
+    """P[m, c] = co-fires of c / fires of c in model m (0 where c never fires in m), from the co-fire counts
+    (concepts,) and the firing counts (M, concepts)."""
+    return cofire / (counts + EPS)
 
 
 def energy(codes: Tensor, dictionaries: list[Tensor]) -> Tensor:

@@ -15,8 +15,7 @@ from torch import Tensor
 
 from companion.models.topk_sae import BatchNormTopKSAE
 from companion.papers.usae import concepts
-from companion.papers.usae.universal import (Rows, Standardiser, TrainConfig, cross_r2, encode_all,
-                                             pair_permutations, train)
+from companion.papers.usae.universal import Rows, Standardiser, TrainConfig, pair_permutations, train
 
 # SeedSequence streams under a run's seed: the digits' augmentation draws from the bare seed, the SAE
 # batches and source models from TRAIN_STREAM, the shuffled control's permutations from SHUFFLE_STREAM.
@@ -73,29 +72,19 @@ class SeedRun:
     cam_concepts: np.ndarray | None = None  # concept ids of the CAM rows
 
 
-def score(saes: list[BatchNormTopKSAE], test: list[Tensor], tau: float, top: int, min_fires: int,
-          cpu: float) -> tuple[VariantEval, Tensor, Tensor]:
-    """Held-out scores of one set of SAEs, with the codes and energy order (every sample encoded at once)."""
-    _, codes = encode_all(saes, test)
-    r2 = cross_r2(saes, test, codes)
-    codes = codes.cpu()
-    fires = concepts.firing(codes, tau)
-    energy = concepts.energy(codes, [s.get_dictionary().detach().cpu() for s in saes])
-    ev, order = _finish(r2, concepts.firing_counts(fires), concepts.cofire_counts(fires), energy, top, min_fires, cpu)
-    return ev, codes, order
-
-
 @torch.no_grad()
-def score_chunked(saes: list[BatchNormTopKSAE], test_acts: list[Tensor], stds: list[Standardiser], tau: float,
-                  top: int, min_fires: int, cpu: float, chunk: int) -> tuple[VariantEval, Tensor]:
-    """:func:`score` of ``[std(a) for a in test_acts]``, reading ``chunk`` held-out rows at a time.
+def score(saes: list[BatchNormTopKSAE], test_acts: list[Tensor], stds: list[Standardiser], tau: float,
+          top: int, min_fires: int, cpu: float, chunk: int | None = None) -> tuple[VariantEval, Tensor]:
+    """Held-out scores of one set of SAEs on ``[std(a) for a in test_acts]`` and the energy order, reading
+    ``chunk`` held-out rows at a time (None: all at once, the toy).
 
     Only one chunk's standardised activations and codes exist at once: R²'s squared errors, the firing and
     co-firing counts and the code sums are accumulated (float64 sums; counts exact), so memory is bounded by
-    ``chunk`` and not by the held-out set. Same values as :func:`score` up to float rounding of the sums.
-    Returns the scores and the energy order; the codes themselves are not kept (:func:`concept_codes`).
+    ``chunk`` and not by the held-out set (the paper preset's ~1M tokens). The codes themselves are not
+    kept (:func:`concept_codes`).
     """
     n_models, n = len(saes), len(test_acts[0])
+    chunk = chunk or n
     for sae in saes:
         sae.eval()
     spans = [(lo, min(lo + chunk, n)) for lo in range(0, n, chunk)]
@@ -132,7 +121,7 @@ def _finish(r2: np.ndarray, counts: Tensor, cofire: Tensor, energy: Tensor, top:
     """The scores from the R² matrix, firing counts (M, C), co-fire counts (C,) and energies (C,)."""
     union = counts.sum(0)
     order = energy.argsort(descending=True)
-    prop = (cofire / (counts + concepts.EPS))[:, order]  # concepts.cofire_proportion from the counts
+    prop = concepts.cofire_proportion(cofire, counts)[:, order]
     fe = concepts.firing_entropy(counts)[order]
     alive = (union[order] >= min_fires).numpy()
     top_ids = np.flatnonzero(alive)[:top]
@@ -148,9 +137,11 @@ def _finish(r2: np.ndarray, counts: Tensor, cofire: Tensor, energy: Tensor, top:
 
 @torch.no_grad()
 def concept_codes(saes: list[BatchNormTopKSAE], test_acts: list[Tensor], stds: list[Standardiser], ids: Tensor,
-                  chunk: int) -> Tensor:
-    """Codes of concepts ``ids`` on every held-out row, (M, N, len(ids)) on the CPU, encoded ``chunk`` rows at a time."""
+                  chunk: int | None = None) -> Tensor:
+    """Codes of concepts ``ids`` on every held-out row, (M, N, len(ids)) on the CPU, encoded ``chunk`` rows at a
+    time (None: all at once)."""
     ids = ids.to(test_acts[0].device)
+    chunk = chunk or len(test_acts[0])
     out = []
     for lo in range(0, len(test_acts[0]), chunk):
         out.append(torch.stack([sae.eval().encode(std(a[lo:lo + chunk]))[1][:, ids].cpu()
@@ -161,18 +152,16 @@ def concept_codes(saes: list[BatchNormTopKSAE], test_acts: list[Tensor], stds: l
 def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainConfig, seed: int,
                  tau: float, top: int, min_fires: int, controls: bool, ablation: bool = False,
                  chunk: int | None = None
-                 ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor | None, Tensor]:
+                 ) -> tuple[dict[str, VariantEval], list[BatchNormTopKSAE], list[Standardiser], Tensor]:
     """Standardise, train every variant from the same initial weights and batch order, score it.
 
     Training rows are standardised per batch and the shuffled control reads them through index
-    permutations (:class:`Rows`): no standardised or permuted copy of the training set is made. With
-    ``chunk`` (the paper preset) the held-out rows are standardised and scored ``chunk`` at a time
-    (:func:`score_chunked`) and the USAE's codes are not returned (None); without it (the toy) they are
-    scored at once (:func:`score`).
+    permutations (:class:`Rows`): no standardised or permuted copy of the training set is made; the
+    held-out rows are standardised and scored ``chunk`` at a time (:func:`score`; None: at once). Returns
+    the scores, the USAE's SAEs and standardisers, and its energy order.
     """
     stds = [Standardiser.fit(a) for a in train_acts]
     train_z = [Rows(a, s) for s, a in zip(stds, train_acts)]
-    test_z = None if chunk else [s(a) for s, a in zip(stds, test_acts)]
     names = ("universal",) + (("shuffled", "independent") if controls else ()) + (("all-decoders",) if ablation else ())
     out, keep = {}, None
     for name in names:
@@ -187,23 +176,12 @@ def fit_variants(train_acts: list[Tensor], test_acts: list[Tensor], cfg: TrainCo
         run_cfg = replace(cfg, update_all_decoders=True) if name == "all-decoders" else cfg
         start = time.process_time()
         saes = train(data, run_cfg, gen, rng, universal=name != "independent")
-        cpu = time.process_time() - start
-        if chunk:
-            codes = None
-            ev, order = score_chunked(saes, test_acts, stds, tau, top, min_fires, cpu, chunk)
-        else:
-            ev, codes, order = score(saes, test_z, tau, top, min_fires, cpu)
+        ev, order = score(saes, test_acts, stds, tau, top, min_fires, time.process_time() - start, chunk)
         out[name] = ev
         if name == "universal":
-            keep = (saes, codes, order)
-    saes, codes, order = keep
-    return out, saes, stds, codes, order
-
-
-def top_activating(codes: Tensor, order: Tensor, n_concepts: int, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """For the ``n_concepts`` highest-energy concepts: each model's ``n_samples`` strongest samples."""
-    ids = order[:n_concepts]
-    return top_samples(codes[:, :, ids], n_samples), ids.numpy()
+            keep = (saes, order)
+    saes, order = keep
+    return out, saes, stds, order
 
 
 def top_samples(codes: Tensor, n_samples: int) -> np.ndarray:

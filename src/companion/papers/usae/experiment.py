@@ -20,7 +20,7 @@ from companion import runtime
 from companion.models.topk_sae import BatchNormTopKSAE
 from companion.papers.usae import Params, digits
 from companion.papers.usae.cam import maximise
-from companion.papers.usae.evaluate import SeedRun, fit_variants, top_activating
+from companion.papers.usae.evaluate import SeedRun, concept_codes, fit_variants, top_samples
 from companion.papers.usae.universal import Standardiser, TrainConfig
 
 MIN_FIRES = 5  # FE and co-fire statistics use concepts with U[c] >= 5 (small held-out set)
@@ -67,10 +67,11 @@ def digit_seed(params: Params, seed: int) -> SeedRun:
         accs[f"acc.{name}"] = digits.accuracy(name, model, data.x_test, data.y_test)
     train = [digits.features(m, data.x_train) for m in models]
     test = [digits.features(m, data.x_test) for m in models]
-    variants, saes, stds, codes, order = fit_variants(
+    variants, saes, stds, order = fit_variants(
         train, test, train_config(params, len(data.x_train)), seed, params.fire_threshold, params.top_concepts,
         MIN_FIRES, params.run_controls, params.run_ablation)
-    picks, ids = top_activating(codes, order, FIG_CONCEPTS, FIG_SAMPLES)
+    ids = order[:FIG_CONCEPTS]
+    picks, ids = top_samples(concept_codes(saes, test, stds, ids), FIG_SAMPLES), ids.numpy()
     cam = gain = None
     if params.run_cam:
         cam, gain = coordinated_maximisation(models, saes, stds, order[:CAM_CONCEPTS].tolist(), seed)

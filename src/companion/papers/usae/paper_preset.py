@@ -12,7 +12,7 @@ tokens, and every patch grid is resized to the smallest grid (bilinear, antialia
 cached in float16 as one ``.npz`` per image holding every model (the official ``combined_npz``)
 and stay float16 in memory; the USAE and its controls train exactly as in the toy, each batch cast
 to float32 and standardised when drawn (:class:`~companion.papers.usae.universal.Rows`). Scoring reads
-the held-out tokens ``SCORE_CHUNK`` at a time (:func:`~companion.papers.usae.evaluate.score_chunked`):
+the held-out tokens ``SCORE_CHUNK`` at a time (:func:`~companion.papers.usae.evaluate.score`):
 the toy's one-shot scores, with peak memory set by the chunk instead of the held-out set.
 """
 
@@ -174,7 +174,7 @@ def run_vision(params: "Params") -> "Results":
     train, test = [a.to(device) for a in train], [a.to(device) for a in test]
     runs = []
     for seed in params.seed_list():
-        variants, saes, stds, _, order = fit_variants(
+        variants, saes, stds, order = fit_variants(
             train, test, cfg, seed, params.fire_threshold, min(params.top_concepts, params.n_concepts), MIN_FIRES,
             params.run_controls, params.run_ablation, chunk=chunk)
         ids = order[:FIG_CONCEPTS]

@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from companion.models.topk_sae import BatchNormTopKSAE, aux_codes, auxk_l1_loss
-from companion.papers.usae.concepts import r2
 
 
 @dataclass(frozen=True)
@@ -174,17 +173,3 @@ def train(acts: list[Tensor] | list[Rows], cfg: TrainConfig, gen: torch.Generato
     for sae in saes:
         sae.eval()
     return saes
-
-
-@torch.no_grad()
-def encode_all(saes: list[BatchNormTopKSAE], acts: list[Tensor]) -> tuple[Tensor, Tensor]:
-    """Eval-mode pre-codes and codes of every model on its own activations, (M, N, n) each."""
-    out = [sae.eval().encode(a) for sae, a in zip(saes, acts)]
-    return torch.stack([p for p, _ in out]), torch.stack([z for _, z in out])
-
-
-@torch.no_grad()
-def cross_r2(saes: list[BatchNormTopKSAE], acts: list[Tensor], codes: Tensor) -> np.ndarray:
-    """R²[i, j] of model j's activations decoded by decoder j from encoder i's codes."""
-    m = len(saes)
-    return np.array([[r2(acts[j], saes[j].decode(codes[i])) for j in range(m)] for i in range(m)])
