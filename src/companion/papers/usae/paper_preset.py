@@ -44,7 +44,7 @@ SMOKE_IMAGES = 8
 SMOKE_STEPS = 20
 # Held-out tokens scored per chunk (about 84 images of 196 tokens). One chunk's codes are 3 models x 16 384
 # tokens x 6 144 concepts x 4 B = 1.2 GB, plus about 1.6 GB of one encoder's temporaries; encoding all
-# ~980 000 held-out tokens at once would need 72 GB for the codes and 72 GB for the pre-codes.
+# ~980 000 held-out tokens at once would need 72 GB for the codes and about 96 GB of one encoder's temporaries.
 SCORE_CHUNK = 16384
 SMOKE_SCORE_CHUNK = 5  # the smoke run's 16 held-out tokens in several chunks, so the chunked path is exercised
 
