@@ -6,7 +6,9 @@ The notebooks are never executed here (``execute_notebooks: "off"``): the stored
 stored records in ``data/results/<slug>/`` (written by ``companion store``) are what the pages
 show, with the verdicts today's claim declarations give on their stored values
 (:func:`companion.evidence.judged`): a page's claims table and verdict lines too. Each paper page
-gets, after its own cells, the robustness table over its stored records, its performance anchor
+gets, after its own cells, the robustness table over its stored records, the per-seed values of its
+findings and their controls (the ``full`` run's, and the page's own run's when its cells do not show them), its
+performance anchor
 (``data/bench/<slug>.json``) and a "Reproduce this page" box. A record that cannot be read is
 reported by name and shown as unreadable. The scorecard counts findings by whether they
 discriminate against their controls; checks are listed apart and never counted as reproduction.
@@ -391,6 +393,52 @@ def robustness_markdown(slug: str, records: Sequence[evidence.Stored]) -> str:
     return "\n".join(lines) + "\n"
 
 
+SEED_TABLE_CALL = "claims.seed_table("
+
+
+def shows_seed_table(nb: nbformat.NotebookNode) -> bool:
+    """Whether a notebook's own cells show its run's per-seed table (:func:`companion.claims.seed_table`)."""
+    return any(cell.cell_type == "code" and SEED_TABLE_CALL in cell.source for cell in nb.cells)
+
+
+def seeds_markdown(records: Sequence[evidence.Stored], labels: Sequence[str], widest: int = 12) -> str:
+    """Per-seed values of every finding judged on seeds and of each of its controls, one table per stored run
+    whose label is in ``labels`` (the controls beside their findings, seed by seed). Findings are grouped by how
+    many values they hold: one per seed of the run, or another count (a row over items or steps), shown up to
+    ``widest`` values."""
+    runs = [s for s in records if s.record is not None and s.record.get("status") == "ok" and s.label in labels]
+    tables = []
+    for s in runs:
+        params = s.record["params"]
+        groups: dict[int, list[Mapping[str, Any]]] = {}
+        for c in s.record["claims"]:
+            if c.get("role", "finding") == "finding" and c.get("kind", "statistical") != "exact":
+                groups.setdefault(len(c.get("per_seed") or ()), []).append(c)
+        for n, group in sorted(groups.items()):
+            per_seed = n == params.get("seeds")
+            title = f"### {s.label}" + ("" if per_seed else f": rows with {n} values each (not one per seed)")
+            if n > widest:
+                ids = ", ".join(f"`{c['id']}`" for c in group)
+                tables.append(f"{title}\n\n{ids}: too many to show; see the record.\n")
+                continue
+            try:
+                frame = claims.seed_table(group, [params.get("seed", 0) + i for i in range(n)])
+            except ValueError as err:  # a control with another count of values than its finding
+                tables.append(f"{title}\n\nNo table: {err}.\n")
+                continue
+            head = [str(c) for c in frame.columns] if per_seed else [f"value {i + 1}" for i in range(n)]
+            rows = [f"| `{claim}` | {what} | " + " | ".join(fmt(v) for v in values) + " |"
+                    for (claim, what), values in zip(frame.index, frame.to_numpy().tolist())]
+            tables.append(f"{title}\n\n| claim | values | {' | '.join(head)} |\n|---|---|" + "---|" * n
+                          + "\n" + "\n".join(rows) + "\n")
+    if not tables:
+        return ""
+    return ("## Findings and controls, seed by seed\n\nThe value each finding is judged on in every seed of a "
+            "stored run, beside the same value for each of its controls on the same seed (from "
+            "`data/results/`; findings judged once, `exact`, have no seeds and are not listed).\n\n"
+            + "\n".join(tables))
+
+
 def _wall_cell(prov: Mapping[str, Any]) -> str:
     """A stored run's wall seconds, with the threads and CPU it ran on (the budgets' evidence)."""
     where = [f"{prov['threads']} threads"] if prov.get("threads") else []
@@ -499,8 +547,8 @@ def plain_glue(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def add_evidence(nb: nbformat.NotebookNode, sections: Sequence[str]) -> nbformat.NotebookNode:
-    """Append the generated sections to a copy of a stored notebook as markdown cells."""
-    nb.cells.extend(nbformat.v4.new_markdown_cell(text) for text in sections)
+    """Append the generated sections (the empty ones left out) to a copy of a stored notebook as markdown cells."""
+    nb.cells.extend(nbformat.v4.new_markdown_cell(text) for text in sections if text)
     return nb
 
 
@@ -526,7 +574,9 @@ def prepare(root: Path) -> list[str]:
             missing.append(slug)
         if _ran(results[slug]):
             nb = evidence.with_verdicts(nb, results[slug]["claims"])
+        own = () if shows_seed_table(nb) else ("quick, seed 0",)
         sections = [robustness_markdown(slug, records[slug]),
+                    seeds_markdown(records[slug], (*own, "full, seed 0")),
                     performance_section(slug, benches[slug], provenance.get(slug, "–")),
                     reproduce_section(slug, results[slug], repo_url if installs else "", branch)]
         page = with_install_cell(plain_glue(nb), "")
