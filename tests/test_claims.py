@@ -189,6 +189,21 @@ def test_every_seed_claim_is_rejudged_from_its_stored_seeds():
     assert claims.rejudge(stored, [replace(c, threshold=0.18)])[0]["controls"][0]["verdict"] == "FAILS"
 
 
+def test_paper_preset_judges_against_the_papers_bar_and_other_presets_against_the_toys():
+    c = Claim("gain", "s", "p", 0.5, controls=("random",), paper_threshold=0.15)
+    values = {"gain": [0.3, 0.31, 0.29], "gain@random": [0.0, 0.01, -0.01]}
+    toy = claims.evaluate_all([c], claims.AtPreset("full", values))[0]
+    paper = claims.evaluate_all([c], claims.AtPreset("paper", values))[0]
+    assert (toy.verdict, toy.threshold) == ("FAILS", 0.5)
+    assert (paper.verdict, paper.threshold) == ("HOLDS", 0.15)
+    assert paper.controls[0].verdict == "FAILS"  # the control is judged against the same (paper) bar
+    assert claims.evaluate_all([c], values)[0].threshold == 0.5  # values without a preset: the toy's bar
+    assert Claim("plain", "s", "p", 0.5).at("paper").threshold == 0.5  # no paper bar: one bar everywhere
+    stored = [claims._jsonable(toy.to_dict())]
+    assert claims.rejudge(stored, [c], "paper")[0]["verdict"] == "HOLDS"
+    assert claims.rejudge(stored, [c], "quick")[0]["verdict"] == "FAILS"
+
+
 def test_seed_table_lists_each_finding_and_its_controls_per_seed():
     stat = Claim("gap", "s", "p", 0.1, controls=("shuffled",))
     every = Claim("every", "s", "p", 0.15, kind="every")

@@ -21,6 +21,11 @@ measurement with the paper's effect removed (an untrained model, a shuffled pair
 plain baseline, the method without its key ingredient), measured in the same run on the same seeds
 and judged here by the same test. A finding *discriminates* when it HOLDS and every control FAILS;
 one without a measured control does not. Control values are handed in under ``"<id>@<control>"``.
+
+A claim's bar is set for the toy the quick and full presets run. Where the ``paper`` preset measures
+the same quantity at the paper's own scale (a real model, real data), the bar there comes from the
+paper's numbers: ``paper_threshold``. A run's values name their preset (:class:`AtPreset`), and each
+claim is judged against its bar at that preset (:meth:`Claim.at`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 
 HOLDS, FAILS, INCONCLUSIVE = "HOLDS", "FAILS", "INCONCLUSIVE"
+PAPER_PRESET = "paper"
 KINDS = ("statistical", "exact", "every")
 ROLES = ("finding", "check")
 CONTROL_SEP = "@"
@@ -53,6 +59,7 @@ class Claim:
     kind: Literal["statistical", "exact", "every"] = "statistical"
     role: Literal["finding", "check"] = "finding"
     controls: tuple[str, ...] = ()
+    paper_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.direction not in (">=", "<="):
@@ -67,6 +74,12 @@ class Claim:
             raise ValueError(f"claim {self.id}: a check has no controls (only a finding is tested against one)")
         if isinstance(self.controls, str) or len(set(self.controls)) != len(self.controls):
             raise ValueError(f"claim {self.id}: controls must be a tuple of distinct names")
+
+    def at(self, preset: str | None) -> Claim:
+        """This claim as judged at ``preset``: at the paper preset its bar is ``paper_threshold`` where set."""
+        if preset == PAPER_PRESET and self.paper_threshold is not None:
+            return replace(self, threshold=self.paper_threshold)
+        return self
 
     def control_key(self, control: str) -> str:
         """The key under which the measured values of ``control`` are handed to :func:`evaluate_all`."""
@@ -227,9 +240,22 @@ def evaluate_with_controls(claim: Claim, per_seed: Mapping[str, float | Sequence
     return replace(verdict, controls=controls)
 
 
-def evaluate_all(claims: Sequence[Claim], per_seed: Mapping[str, float | Sequence[float]]) -> list[Verdict]:
+class AtPreset(dict):
+    """A run's claim values (claim id or ``"<id>@<control>"`` -> values) with the preset that measured
+    them, so that :func:`evaluate_all` judges each claim against its bar at that preset."""
+
+    def __init__(self, preset: str, values: Mapping[str, float | Sequence[float]]) -> None:
+        super().__init__(values)
+        self.preset = preset
+
+
+def evaluate_all(claims: Sequence[Claim], per_seed: Mapping[str, float | Sequence[float]],
+                 preset: str | None = None) -> list[Verdict]:
     """Evaluate every claim (and its controls) on its entries of ``per_seed``: claim id -> values per
-    seed (one value for an exact claim), ``"<id>@<control>"`` -> the control's values."""
+    seed (one value for an exact claim), ``"<id>@<control>"`` -> the control's values. Each claim is
+    judged at ``preset``, else at the preset ``per_seed`` names (:class:`AtPreset`), else at its own bar."""
+    preset = preset or getattr(per_seed, "preset", None)
+    claims = [c.at(preset) for c in claims]
     needed = [key for c in claims for key in (c.id, *map(c.control_key, c.controls))]
     missing = [key for key in needed if key not in per_seed]
     if missing:
@@ -248,9 +274,10 @@ def _stored_values(record: Mapping[str, Any], kind: str) -> float | list[float]:
     return [float("nan") if v is None else float(v) for v in record["per_seed"]]
 
 
-def rejudge(stored: Sequence[Mapping[str, Any]], claims: Sequence[Claim]) -> list[dict[str, Any]]:
-    """Today's verdicts on a record's stored per-seed values (claim records in declaration order);
-    raises :class:`NotRejudgeable` when a declared claim or control was not measured, or changed kind."""
+def rejudge(stored: Sequence[Mapping[str, Any]], claims: Sequence[Claim],
+            preset: str | None = None) -> list[dict[str, Any]]:
+    """Today's verdicts on a record's stored per-seed values (claim records in declaration order), each
+    claim judged at the record's ``preset``; raises :class:`NotRejudgeable` when a declared claim or control was not measured, or changed kind."""
     by_id = {c["id"]: c for c in stored}
     values: dict[str, float | list[float]] = {}
     for claim in claims:
@@ -263,7 +290,7 @@ def rejudge(stored: Sequence[Mapping[str, Any]], claims: Sequence[Claim]) -> lis
             if name not in controls:
                 raise NotRejudgeable(f"claim {claim.id}: control {name!r} was not measured")
             values[claim.control_key(name)] = _stored_values(controls[name], claim.kind)
-    return [_jsonable(v.to_dict()) for v in evaluate_all(claims, values)]
+    return [_jsonable(v.to_dict()) for v in evaluate_all(claims, values, preset)]
 
 
 def fmt(x: float | None) -> str:

@@ -205,7 +205,7 @@ def rejudged_record(record: dict[str, Any], slug: str, root: Path) -> dict[str, 
     raises :class:`companion.claims.NotRejudgeable` when a declared claim was never measured."""
     from companion.claims import rejudge
 
-    claims = rejudge(record["claims"], registry.get(slug).module().CLAIMS)
+    claims = rejudge(record["claims"], registry.get(slug).module().CLAIMS, record["params"].get("preset"))
     verdict_key = keys_now(record, slug, root).verdict
     return {**record, "claims": claims, "provenance": {**record["provenance"], "verdict_key": verdict_key}}
 
