@@ -220,13 +220,13 @@ def test_seed_tables_put_each_control_beside_its_finding_seed_by_seed(tmp_path):
                          for c in record["claims"] if c["id"] == "shared"]
     quick = Stored(tmp_path / "quick-seed0.json", record, None, True, True)
     full = Stored(tmp_path / "full-seed0.json", dict(record, params={**record["params"], "seed": 5}), None, True, True)
-    md = book.seeds_markdown([quick, full], ("full, seed 0",))
+    md = book.seeds_markdown([quick, full], (full.path,))
     assert "### quick, seed 0" not in md and "### full, seed 0\n" in md  # only the runs asked for
     assert "| claim | values | seed 5 | seed 6 | seed 7 |" in md  # the run's own seeds
     assert "| `sharp` | finding | 0.8 | 0.82 | 0.81 |" in md and "| `sharp` | control untrained | 0.1 | 0.12 | 0.11 |" in md
     assert "`identity`" not in md  # a check (and an exact row) has no seeds
     assert "rows with 20 values each (not one per seed)" in md and "`steps`: too many to show" in md
-    assert book.seeds_markdown([quick], ("full, seed 0",)) == ""
+    assert book.seeds_markdown([quick], (full.path,)) == ""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("claims.seed_table(verdicts, seeds)")])
     assert book.shows_seed_table(nb) and not book.shows_seed_table(nbformat.v4.new_notebook())
 

@@ -401,12 +401,12 @@ def shows_seed_table(nb: nbformat.NotebookNode) -> bool:
     return any(cell.cell_type == "code" and SEED_TABLE_CALL in cell.source for cell in nb.cells)
 
 
-def seeds_markdown(records: Sequence[evidence.Stored], labels: Sequence[str], widest: int = 12) -> str:
+def seeds_markdown(records: Sequence[evidence.Stored], paths: Sequence[Path], widest: int = 12) -> str:
     """Per-seed values of every finding judged on seeds and of each of its controls, one table per stored run
-    whose label is in ``labels`` (the controls beside their findings, seed by seed). Findings are grouped by how
+    whose record is at one of ``paths`` (the controls beside their findings, seed by seed). Findings are grouped by how
     many values they hold: one per seed of the run, or another count (a row over items or steps), shown up to
     ``widest`` values."""
-    runs = [s for s in records if s.record is not None and s.record.get("status") == "ok" and s.label in labels]
+    runs = [s for s in records if s.record is not None and s.record.get("status") == "ok" and s.path in paths]
     tables = []
     for s in runs:
         params = s.record["params"]
@@ -574,9 +574,10 @@ def prepare(root: Path) -> list[str]:
             missing.append(slug)
         if _ran(results[slug]):
             nb = evidence.with_verdicts(nb, results[slug]["claims"])
-        own = () if shows_seed_table(nb) else ("quick, seed 0",)
+        full = evidence.record_path(root, slug, "full", registry.get(slug).module().Params.resolve("full").seed)
+        own = () if shows_seed_table(nb) else (evidence.page_record_path(root, slug),)
         sections = [robustness_markdown(slug, records[slug]),
-                    seeds_markdown(records[slug], (*own, "full, seed 0")),
+                    seeds_markdown(records[slug], (*own, full)),
                     performance_section(slug, benches[slug], provenance.get(slug, "–")),
                     reproduce_section(slug, results[slug], repo_url if installs else "", branch)]
         page = with_install_cell(plain_glue(nb), "")
