@@ -212,6 +212,7 @@ def two_seeds():
 def test_controls_put_their_scorer_in_self_refs_place(two_seeds):
     res = two_seeds
     vals, m = sr.claim_values(res), sr.measures(res, "sharp")
+    assert vals.preset == "quick"
     np.testing.assert_allclose(vals["route-vs-msp@msp-sft"], m["acc_at_r_sft"] - m["acc_at_r_msp"])
     np.testing.assert_allclose(vals["auroc-selfref@op-only"], m["auroc_oponly"])
     np.testing.assert_allclose(vals["route-auc-vs-random@msp-sft"], m["auc_sft"] - m["auc_random_sft"])
@@ -330,6 +331,18 @@ def test_paper_preset_pools_datasets_within_a_seed(tiny_llama_and_jsonl):
     o = res.seeds[0]
     assert sorted(np.unique(o.op)) == [0, 1] and len(o.op) == 16  # 8 test items of each dataset, one seed
     assert list(sr.per_op_table(res).index) == ["alpha", "beta"]
+    # the paper preset's values are judged against the paper's bars (Claim.paper_threshold), the toy's elsewhere
+    from dataclasses import replace
+
+    from companion import claims
+
+    vals = sr.claim_values(res)
+    assert vals.preset == "paper"
+    assert [v.threshold for v in sr.check(res)] == [c.at("paper").threshold for c in sr.CLAIMS]
+    bars = [replace(c, paper_threshold=c.threshold + 1.0) for c in sr.CLAIMS]  # a paper bar on every row
+    assert [v.threshold for v in claims.evaluate_all(bars, vals)] == [c.threshold + 1.0 for c in sr.CLAIMS]
+    at_quick = claims.AtPreset("quick", vals)
+    assert [v.threshold for v in claims.evaluate_all(bars, at_quick)] == [c.threshold for c in sr.CLAIMS]
 
 
 @pytest.mark.slow

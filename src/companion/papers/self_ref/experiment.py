@@ -19,7 +19,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from companion import runtime
-from companion.claims import evaluate_all
+from companion.claims import AtPreset, evaluate_all
 from companion.papers.self_ref import Params, qa_data, routing
 from companion.papers.self_ref.pipeline import Condition, SeedOut, run_seed
 
@@ -132,8 +132,9 @@ def sharp_condition(results: Results) -> str:
 
 
 # ---------------------------------------------------------------- claims
-def claim_values(results: Results) -> dict[str, Any]:
-    """Per-seed values of every claim and control (``claims`` judges an ``every`` row on its worst seed)."""
+def claim_values(results: Results) -> AtPreset:
+    """Per-seed values of every claim and control (``claims`` judges an ``every`` row on its worst seed), named
+    with the preset that measured them, so that each claim is judged against its bar at that preset."""
     sh, pl = measures(results, sharp_condition(results)), measures(results, "plain")
     out: dict[str, Any] = {}
 
@@ -161,7 +162,7 @@ def claim_values(results: Results) -> dict[str, Any]:
         items = (np.asarray(out[key]) * sh["n_test"].to_numpy()).round()  # test items gained, per seed
         out[f"{cid}-every-seed{at}{ctrl}"] = items.tolist()
     out["answers-kept"] = (sh["acc_selfref"] - sh["acc_msp"]).tolist()
-    return out
+    return AtPreset(results.params.preset, out)
 
 
 def metrics(results: Results) -> dict[str, Any]:
