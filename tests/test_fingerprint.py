@@ -64,3 +64,16 @@ def test_the_stored_fingerprints_name_their_machine_and_every_probe():
     assert stored, "no machine's fingerprints are stored (companion numerics --store)"
     for m in stored:
         assert set(m["fingerprints"]) == names and m["cpu"] and m["threads"] >= 1
+
+
+def test_a_candidate_profile_is_checked_before_any_compute_and_named_in_the_report():
+    from companion.cli import candidate_profile
+    from companion.params import ParamError
+
+    assert candidate_profile(["MKL_CBWR=AVX2"]) == {"MKL_CBWR": "AVX2"}
+    for bad in ("MKL_CBWR", "MKL_CBWR=", "MKL_DEBUG_CPU_TYPE=5"):
+        with pytest.raises(ParamError, match="allowed: NAME=VALUE with NAME one of ATEN_CPU_CAPABILITY"):
+            candidate_profile([bad])
+    assert fingerprint.profile_text({}) == "profile off"
+    assert fingerprint.profile_text(dict(numerics.PROFILE)) == "profile on"
+    assert fingerprint.profile_text({**numerics.PROFILE, "MKL_CBWR": "AVX2"}) == "profile on with MKL_CBWR=AVX2"

@@ -384,12 +384,25 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def candidate_profile(settings: Sequence[str]) -> dict[str, str]:
+    """``NAME=VALUE`` settings of the numerics profile's variables, checked (a candidate profile to measure)."""
+    out = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or not value or name not in numerics.PROFILE:
+            raise ParamError(f"--candidate: {setting!r}; allowed: NAME=VALUE with NAME one of "
+                             f"{', '.join(numerics.PROFILE)}")
+        out[name] = value
+    return out
+
+
 def cmd_numerics(args: argparse.Namespace) -> int:
     """Which numerical kernels give other bits here than on the machines stored in the repository."""
     from companion import fingerprint
 
     if args.threads < 1:
         raise ParamError(f"--threads: {args.threads}; allowed: an integer >= 1")
+    os.environ.update(candidate_profile(args.candidate))  # no numerical library is loaded yet
     path = registry.project_root() / fingerprint.STORE
     here = fingerprint.machine(args.threads)
     print(fingerprint.report(here, fingerprint.load(path)))
@@ -430,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "the machines stored in data/numerics/ (cross-CPU reproducibility)")
     numerics_.add_argument("--store", action="store_true", help="add this machine's fingerprints to the store")
     numerics_.add_argument("--threads", type=int, default=2, help="torch threads (the records use 2)")
+    numerics_.add_argument("--candidate", action="append", default=[], metavar="NAME=VALUE",
+                           help="measure a candidate profile: this profile variable set to VALUE instead "
+                                "(repeatable; e.g. MKL_CBWR=AVX2); compared only with entries of the same profile")
     numerics_.set_defaults(func=cmd_numerics)
     open_ = sub.add_parser("open", help="copy a page into scratch/ for editing in Jupyter")
     open_.add_argument("slug", help="paper slug (see `companion list`)")

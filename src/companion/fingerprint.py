@@ -159,14 +159,23 @@ def differing(here: dict[str, Any], there: dict[str, Any]) -> list[str] | None:
     return [name for name, d in here["fingerprints"].items() if there["fingerprints"].get(name) != d]
 
 
+def profile_text(profile: dict[str, str]) -> str:
+    """``profile on``, ``profile off``, or the variables a candidate profile sets otherwise."""
+    if not profile:
+        return "profile off"
+    changed = [f"{name}={value}" for name, value in profile.items() if numerics.PROFILE.get(name) != value]
+    return "profile on" + (f" with {', '.join(changed)}" if changed else "")
+
+
 def report(here: dict[str, Any], stored: list[dict[str, Any]]) -> str:
     """Plain text: for each stored machine, the probes that give other bits here (or why not compared)."""
     lines = [f"this machine: {here['cpu']} ({here['arch']}), {here['threads']} threads, "
-             f"profile {'on' if here['profile'] else 'off'}, {len(here['fingerprints'])} probes"]
+             f"{profile_text(here['profile'])}, {len(here['fingerprints'])} probes"]
     for other in stored:
         diff = differing(here, other)
         if diff is None:
-            lines.append(f"- {other['cpu']}: not comparable (other versions, threads or profile)")
+            lines.append(f"- {other['cpu']}, {profile_text(other['profile'])}: not comparable "
+                         f"(other versions, threads or profile)")
         elif not diff:
             lines.append(f"- {other['cpu']}: every probe gives the same bits")
         else:
