@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from companion import claims
 from companion.params import ParamError
 from companion.papers import actor as paper
 from companion.papers.actor import direction, experiment, language as lang, paper_preset, toy
@@ -353,6 +354,8 @@ def test_run_paper_in_process(tiny_llm_and_prompts):
     res = paper.run(p)
     v = {x.id: x for x in paper.check(res)}
     assert v["one-layer-only"].verdict == "HOLDS"
+    assert paper.claim_values(res).preset == "paper"  # the paper preset's run is judged against the paper's bars
+    assert {c: v[c].threshold for c in paper.PAPER_BARS} == pytest.approx(paper.PAPER_BARS)
     json.dumps(paper.metrics(res))
     assert np.isnan(paper.page_numbers(res, list(v.values()))["harm_cos_after_before"])
 
@@ -422,3 +425,44 @@ def test_every_rows_keep_per_seed_controls_and_the_shared_sft_rows_show_once():
     assert not any(k[1] == "control sft-layer-shared" for k in table.index)
     assert ("literal-over-refusal-reduced", "control random-dir-literal") in table.index
     assert list(table.loc[("harmful-refusal-every", "finding")]) == [1.0, 0.96, 0.99]
+
+
+def test_paper_preset_rows_are_judged_against_the_papers_bars_and_quick_against_the_toys(tmp_path):
+    """Three seeds that reproduce the paper's Llama-2-7b-chat numbers (61.53 % -> 90.74 % compliance on the
+    pseudo-harmful sets) HOLD the over-refusal rows against the bars the paper's numbers give (half the paper's
+    over-refusal and gain) and FAIL the toy's (0.9, 0.5); a utility 5 % down passes the toy's 0.9 and fails the
+    paper's 1.5 % bound. Rows without a paper bar (and the unmeasured controls) are judged as at the toy."""
+    def seed(shift, utility):
+        base = {"harmful": 1.0, "pseudo_id": 1 - paper.PAPER_COMPLIANCE[0] + shift, "pseudo_ood": 0.5,
+                "benign": 0.02, "utility": 1.0}
+        after = {**base, "pseudo_id": 1 - paper.PAPER_COMPLIANCE[1] + shift, "harmful": 0.99, "utility": utility}
+        return {"changed_outside": 0, "block_changed": True,
+                "rates": {"base": base, "ACTOR": after, experiment.LITERAL: after}}
+
+    per_seed = [seed(-0.01, 0.95), seed(0.0, 0.96), seed(0.01, 0.94)]
+    bars = paper.PAPER_BARS
+    assert bars["base-over-refuses"] == pytest.approx(0.3847 / 2) and bars["over-refusal-reduced"] == pytest.approx(
+        0.2921 / 2) and bars["utility-kept"] == pytest.approx(1 / 1.015)
+    at = {}
+    for preset in ("quick", "paper"):
+        params = paper.Params.resolve(preset, seeds=3, **({"model_path": str(tmp_path), "data_path": str(tmp_path)}
+                                                           if preset == "paper" else {}))
+        values = paper.claim_values(paper.Results(params, per_seed, 0.0))
+        assert values.preset == preset
+        at[preset] = {v.id: v for v in paper.check(paper.Results(params, per_seed, 0.0))}
+    quick, pap = at["quick"], at["paper"]
+    for cid in ("base-over-refuses", "over-refusal-reduced", "literal-over-refusal-reduced"):
+        assert (quick[cid].verdict, pap[cid].verdict) == ("FAILS", "HOLDS"), cid
+        assert pap[cid].threshold == pytest.approx(bars[cid]) and quick[cid].threshold > pap[cid].threshold
+    for cid in ("utility-kept", "utility-literal-loss"):
+        assert (quick[cid].verdict, pap[cid].verdict) == ("HOLDS", "FAILS"), cid
+        assert pap[cid].threshold == pytest.approx(1 / 1.015)
+    for cid in ("harmful-refusal-every", "harmful-refusal-drop", "benign-refusal", "one-layer-only"):
+        assert pap[cid].threshold == quick[cid].threshold and pap[cid].verdict == quick[cid].verdict == "HOLDS", cid
+    # the paper preset measures no control: each is judged at the paper's bar and is INCONCLUSIVE (NaN)
+    assert {c.verdict for c in pap["over-refusal-reduced"].controls} == {"INCONCLUSIVE"}
+    # a stored record is re-judged at its own preset
+    stored = [claims._jsonable(v.to_dict()) for v in pap.values()]
+    for preset, verdict in (("paper", "HOLDS"), ("quick", "FAILS")):
+        again = {r["id"]: r for r in claims.rejudge(stored, paper.CLAIMS, preset)}
+        assert again["over-refusal-reduced"]["verdict"] == verdict

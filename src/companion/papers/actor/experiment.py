@@ -215,13 +215,15 @@ def _ts_gap(results: Results, a: str, b: str, pseudo: str = "pseudo_id") -> list
             if a in s["rates"] and b in s["rates"] else float("nan") for s in results.per_seed]
 
 
-def claim_values(results: Results) -> dict[str, float | list[float]]:
+def claim_values(results: Results) -> claims.AtPreset:
     """The measured value(s) of every claim and control (``"<id>@<control>"``), per seed except the count
-    ``one-layer-only``. The literal rows' ``sft-layer-shared`` control is the same vector as the SFT control of
-    ``over-refusal-reduced`` (resp. ``utility-kept``); :func:`seed_table` shows it once."""
+    ``one-layer-only``, named with the preset that measured them: at the ``paper`` preset the rows with a
+    ``paper_threshold`` are judged against the bars from the paper's numbers. The literal rows'
+    ``sft-layer-shared`` control is the same vector as the SFT control of ``over-refusal-reduced`` (resp.
+    ``utility-kept``); :func:`seed_table` shows it once."""
     seeds = results.per_seed
     sft_, rnd = "@sft-layer", "@random-dir"
-    return {
+    return claims.AtPreset(results.params.preset, {
         "base-over-refuses": _rates(results, "base", "pseudo_id"),
         "one-layer-only": float(sum(s["changed_outside"] + (not s["block_changed"]) for s in seeds)),
         "pseudo-graded": [s.get("grade_spread", float("nan")) for s in seeds],
@@ -253,7 +255,7 @@ def claim_values(results: Results) -> dict[str, float | list[float]]:
         "beats-sft-layer": _ts_gap(results, "ACTOR", SFT_LAYER),
         "beats-sft-layer@uniform": _ts_gap(results, UNIFORM, SFT_LAYER),
         "beats-sft-layer" + rnd: _ts_gap(results, RANDOM, SFT_LAYER),
-    }
+    })
 
 
 def seed_table(results: Results, verdicts: list[Any]) -> pd.DataFrame:

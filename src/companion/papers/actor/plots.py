@@ -72,8 +72,8 @@ def plot_beta(results: Results) -> Figure:
     for s in results.per_seed:
         bs = sorted(s["beta"])
         ax.plot(bs, [s["beta"][b] for b in bs], "o-", alpha=0.5, color="C0")
-    bar = next(c.threshold for c in CLAIMS if c.id == "utility-kept")
-    ax.axhline(bar, ls="--", color="grey", label=f"utility-kept bar {bar:g}")
+    bar = next(c.at(results.params.preset).threshold for c in CLAIMS if c.id == "utility-kept")
+    ax.axhline(bar, ls="--", color="grey", label=f"utility-kept bar {bar:.3g}")
     ax.set_xscale("symlog", linthresh=0.1)
     ax.set_xlabel("β (retain weight; projection from the benign mean)")
     ax.set_ylabel("utility (teacher-forced accuracy)")
