@@ -386,6 +386,24 @@ def test_claim_values_cover_every_claim_and_control():
         np.testing.assert_allclose(values["icp-gain-grows-kpc" + suffix], gap[2] - gap[1])
     assert np.isclose(table.loc[2, "KPC gap (ICP - FDL-oracle)"], (kpc_of("fairicp_mdn") - kpc_of("fdl_oracle")).mean(),
                       atol=1e-4)
+    # K = 2 is not a K of the per-K rows: the matched rows are NaN, one per seed (K = 5 and 10 were not run)
+    for K in experiment.SWEEP_KS:
+        for key in (f"icp-vs-fdl-mse-matched-k{K}", f"icp-vs-fdl-mse-matched-k{K}@fdl_oracle"):
+            assert len(values[key]) == 1 and np.isnan(values[key]).all()
+
+
+def test_full_preset_runs_the_curve_methods_over_the_grid_at_k5_and_k10_only():
+    from companion.papers.fairicp import experiment
+
+    p = paper.Params.resolve("full")
+    jobs = {s.K: experiment.jobs_for(s, main, p) for s, main in experiment.settings_of(p)}
+    for K in (5, 10):
+        for m in experiment.CURVE_METHODS:
+            assert [lam for mm, lam in jobs[K] if mm == m] == [0.5, 0.9]
+        assert ("unconstrained", 0.0) in jobs[K]  # the shared start of every curve
+    assert [lam for m, lam in jobs[1] if m == "fairicp_mdn"] == [0.9]
+    q = paper.Params.resolve("quick")  # quick fits nothing more: its matched K = 5 curves are segments
+    assert [lam for m, lam in experiment.jobs_for(*experiment.settings_of(q)[0], q) if m == "fairicp_mdn"] == [0.9]
 
 
 def test_oracle_a_given_y_keeps_the_joint_law_with_y_and_ignores_setting_2_columns():
@@ -495,3 +513,52 @@ def test_rows_at_bar_names_intervals_that_contain_the_threshold():
                                    "near": [0.9, 1.2, 1.0], "exact": 0.5})
     assert rows_at_bar(verdicts) == "far@c, near"
     assert rows_at_bar(verdicts[2:]) == "none"
+
+
+def test_mse_at_kpc_interpolates_a_hand_made_curve_and_never_extrapolates():
+    from companion.papers.fairicp.experiment import mse_at_kpc
+
+    kpc, mse = [0.3, 0.1, 0.05], [10.0, 12.0, 15.0]
+    assert mse_at_kpc(kpc, mse, 0.2) == pytest.approx(11.0)  # halfway along the first segment
+    assert mse_at_kpc(kpc, mse, 0.075) == pytest.approx(13.5)  # halfway along the second
+    assert mse_at_kpc(kpc, mse, 0.1) == pytest.approx(12.0)  # a grid point
+    assert np.isnan(mse_at_kpc(kpc, mse, 0.01)) and np.isnan(mse_at_kpc(kpc, mse, 0.4))  # outside: NaN
+    assert np.isnan(mse_at_kpc([0.3, np.nan], [10.0, 12.0], 0.3))
+    # a curve that turns back crosses the level twice: the lower MSE (the method's best at that fairness)
+    assert mse_at_kpc([0.3, 0.05, 0.1], [10.0, 12.0, 15.0], 0.08) == pytest.approx(10 + 0.88 * 2)
+
+
+def test_matched_level_is_reached_by_every_curve_or_nan():
+    from companion.papers.fairicp.experiment import matched_level
+
+    assert matched_level([np.array([0.3, 0.1]), np.array([0.3, 0.2]), np.array([0.3, 0.05])], 0.3) == 0.2
+    # a method that never gets below the unconstrained KPC leaves no fair level to match
+    assert np.isnan(matched_level([np.array([0.3, 0.1]), np.array([0.3, 0.35])], 0.3))
+
+
+def test_matched_rows_pair_finding_and_oracle_control_on_the_same_seeds_and_level():
+    """Hand-made curves, two seeds: seed 0 has the answer worked out by hand (the oracle's curve sets the level
+    0.2); seed 1's oracle never goes below the unconstrained KPC, so finding and control are both NaN."""
+    import pandas as pd
+
+    from companion.papers.fairicp import experiment
+
+    p = paper.Params.resolve("quick", seeds=2, K=(5, 1), lambdas=(0.0, 0.5, 0.9))
+    pts = {  # seed -> method -> [(lam, kpc, mse)]
+        0: {"unconstrained": [(0.0, 0.4, 10.0)], "fairicp_mdn": [(0.5, 0.2, 11.0), (0.9, 0.1, 12.0)],
+            "fdl_mdn": [(0.5, 0.25, 11.0), (0.9, 0.15, 13.0)], "fdl_oracle": [(0.5, 0.3, 10.5), (0.9, 0.2, 11.5)]},
+        1: {"unconstrained": [(0.0, 0.4, 10.0)], "fairicp_mdn": [(0.5, 0.2, 11.0), (0.9, 0.1, 12.0)],
+            "fdl_mdn": [(0.5, 0.25, 11.0), (0.9, 0.15, 13.0)], "fdl_oracle": [(0.5, 0.45, 10.2), (0.9, 0.5, 10.4)]},
+    }
+    seeds = p.seed_list()
+    rows = [{"setting": "K5-a0.9", "method": m, "lam": lam, "kpc": k, "mse": e, "seed": seeds[i]}
+            for i, by_m in pts.items() for m, ps in by_m.items() for lam, k, e in ps]
+    res = experiment.Results(p, pd.DataFrame(rows), {}, {})
+    t = experiment.matched_table(res, 5)
+    assert list(t.index) == seeds and t.loc[seeds[0], "lambdas"] == "0 0.5 0.9"
+    assert t.loc[seeds[0], "matched KPC"] == pytest.approx(0.2)
+    assert t.loc[seeds[0], "ICP / FDL-MDN - 1"] == pytest.approx(11.0 / 12.0 - 1)
+    assert t.loc[seeds[0], "ICP / FDL-oracle - 1"] == pytest.approx(11.0 / 11.5 - 1)
+    assert t.loc[seeds[1]].drop("lambdas").drop("KPC unconstrained").isna().all()
+    ten = experiment.matched_table(res, 10)  # K = 10 not run: one NaN per seed, not an invented value
+    assert len(ten) == 2 and ten["ICP / FDL-MDN - 1"].isna().all()

@@ -71,10 +71,24 @@ def dummy_source(method: str, tr: sim.SimData, sweeps: int, epochs: int, rng: np
     return (lambda e: copies[e]), {"sampling_s": time.process_time() - t0}
 
 
+CURVE_METHODS = ("fairicp_mdn", "fdl_mdn", "fdl_oracle")  # the methods of the matched-KPC rows (their trade-off curves)
+SWEEP_KS = (5, 10)  # the K of the per-K ICP-vs-FDL rows; the trend rows run from K = 1 to the largest K
+
+
+def on_grid(setting: Setting, main: bool, method: str, p: Any) -> bool:
+    """Whether ``method`` runs the whole lambda grid in ``setting``: a ``grid_methods`` entry does at the main
+    setting, and a per-K method (``CURVE_METHODS``) also at every setting-1 K of the per-K rows (main alpha), so
+    that its MSE can be read at a matched KPC."""
+    if method not in p.grid_methods:
+        return False
+    per_k = method in CURVE_METHODS and setting.K in SWEEP_KS and setting.n_noisy == 0 and setting.alpha == p.alpha_leak[0]
+    return main or per_k
+
+
 def jobs_for(setting: Setting, main: bool, p: Any) -> list[tuple[str, float]]:
-    """(method, lambda) fits of a setting: the whole grid for ``grid_methods`` at the main setting,
-    else the largest lambda only; the unconstrained model once (lambda = 0); HGR over its mu grid.
-    Settings other than the main one fit ``sweep_methods`` only."""
+    """(method, lambda) fits of a setting: the whole grid where :func:`on_grid`, else the largest lambda only;
+    the unconstrained model once (lambda = 0); HGR over its mu grid. Settings other than the main one fit
+    ``sweep_methods`` only."""
     top = max(p.lambdas)
     out: list[tuple[str, float]] = []
     for m in (p.methods if main else [m for m in p.methods if m in p.sweep_methods]):
@@ -83,7 +97,7 @@ def jobs_for(setting: Setting, main: bool, p: Any) -> list[tuple[str, float]]:
         elif m == "hgr":
             out += [(m, mu) for mu in p.hgr_mus] if main else []
         else:
-            lams = [lam for lam in p.lambdas if lam > 0] if (main and m in p.grid_methods) else [top]
+            lams = [lam for lam in p.lambdas if lam > 0] if on_grid(setting, main, m, p) else [top]
             out += [(m, lam) for lam in lams]
     return out
 
@@ -244,7 +258,68 @@ def ks_mean(results: Results, method: str, setting: str | None = None) -> np.nda
     return np.asarray(results.ks[s][method], dtype=float).reshape(len(results.ks[s][method]), -1).mean(1)
 
 
-SWEEP_KS = (5, 10)  # the K of the per-K ICP-vs-FDL rows; the trend rows run from K = 1 to the largest K
+def mse_at_kpc(kpc: np.ndarray, mse: np.ndarray, level: float) -> float:
+    """MSE of a trade-off curve at KPC = ``level``: the curve joins the points (kpc[i], mse[i]) in the given
+    (lambda) order by straight segments; on each segment whose KPC range contains ``level`` the MSE is
+    interpolated linearly in KPC, and the lowest such MSE is returned (the method's best MSE at that
+    fairness). NaN when no segment reaches ``level`` (never extrapolated) or any input is NaN."""
+    kpc, mse = np.asarray(kpc, dtype=float), np.asarray(mse, dtype=float)
+    if not np.isfinite(level) or not (np.all(np.isfinite(kpc)) and np.all(np.isfinite(mse))):
+        return float("nan")
+    best = float("nan")
+    if len(kpc) == 1 and kpc[0] == level:
+        return float(mse[0])
+    for i in range(len(kpc) - 1):
+        k0, k1, m0, m1 = kpc[i], kpc[i + 1], mse[i], mse[i + 1]
+        if not min(k0, k1) <= level <= max(k0, k1):
+            continue
+        m = min(m0, m1) if k0 == k1 else m0 + (level - k0) / (k1 - k0) * (m1 - m0)
+        best = m if np.isnan(best) else min(best, m)
+    return float(best)
+
+
+def matched_level(curves_kpc: list[np.ndarray], kpc_unconstrained: float) -> float:
+    """The KPC level every curve reaches: the largest of the curves' smallest KPC. Every curve starts at the
+    shared unconstrained point, so the level is on every curve when it is below that point's KPC; NaN when it
+    is not (some method never gets below the unconstrained KPC: no fair level to match) or a value is NaN."""
+    lows = [float(np.min(k)) if np.all(np.isfinite(k)) else float("nan") for k in curves_kpc]
+    level = max(lows) if not np.any(np.isnan(lows)) else float("nan")
+    return level if np.isfinite(kpc_unconstrained) and level < kpc_unconstrained else float("nan")
+
+
+def curve(results: Results, method: str, K: int) -> tuple[list[float], np.ndarray, np.ndarray]:
+    """(lambdas, KPC, MSE) of ``method``'s trade-off curve at K (main alpha), one row per seed: the shared
+    unconstrained model (lambda = 0) then every positive lambda run for the method, in lambda order."""
+    p = results.params.effective()
+    s = setting_name(K, p.alpha_leak[0])
+    r = results.rows
+    lams = sorted(float(x) for x in r[(r.setting == s) & (r.method == method) & (r.lam > 0)].lam.unique())
+    cols = {c: [per_seed(results, "unconstrained", 0.0, c, s)] + [per_seed(results, method, lam, c, s) for lam in lams]
+            for c in ("kpc", "mse")}
+    return [0.0, *lams], np.stack(cols["kpc"], axis=1), np.stack(cols["mse"], axis=1)
+
+
+def matched_table(results: Results, K: int) -> pd.DataFrame:
+    """Per seed at K: the matched KPC level, the unconstrained KPC, each curve method's MSE there, and the two
+    relative gaps of FairICP-MDN (to FDL-MDN: the finding; to the oracle FDL: its control). All NaN (one row
+    per seed) when K was not run."""
+    p = results.params.effective()
+    seeds = p.seed_list()
+    cols = ["lambdas", "KPC unconstrained", "matched KPC", *(f"MSE {m}" for m in CURVE_METHODS),
+            "ICP / FDL-MDN - 1", "ICP / FDL-oracle - 1"]
+    if K not in p.K:
+        return pd.DataFrame(np.nan, index=pd.Index(seeds, name="seed"), columns=cols)
+    curves = {m: curve(results, m, K) for m in CURVE_METHODS}
+    rows = []
+    for i, seed in enumerate(seeds):
+        k_unc = curves[CURVE_METHODS[0]][1][i, 0]
+        level = matched_level([curves[m][1][i] for m in CURVE_METHODS], k_unc)
+        mse = {m: mse_at_kpc(curves[m][1][i], curves[m][2][i], level) for m in CURVE_METHODS}
+        rows.append({"seed": seed, "lambdas": " ".join(f"{x:g}" for x in curves["fairicp_mdn"][0]),
+                     "KPC unconstrained": k_unc, "matched KPC": level, **{f"MSE {m}": mse[m] for m in CURVE_METHODS},
+                     "ICP / FDL-MDN - 1": mse["fairicp_mdn"] / mse["fdl_mdn"] - 1,
+                     "ICP / FDL-oracle - 1": mse["fairicp_mdn"] / mse["fdl_oracle"] - 1})
+    return pd.DataFrame(rows).set_index("seed")[cols]
 
 
 def sampler_log_ratio(results: Results, K0: int, extra: int) -> np.ndarray:
@@ -313,6 +388,10 @@ def claim_values(results: Results) -> dict[str, Any]:
     for K in SWEEP_KS:
         v[f"icp-vs-fdl-kpc-k{K}"], v[f"icp-vs-fdl-mse-k{K}"] = gap(K, "fdl_mdn")
         v[f"icp-vs-fdl-kpc-k{K}@fdl_oracle"] = gap(K, "fdl_oracle")[0]
+    for K in SWEEP_KS:
+        t = matched_table(results, K)
+        v[f"icp-vs-fdl-mse-matched-k{K}"] = t["ICP / FDL-MDN - 1"].to_numpy(dtype=float)
+        v[f"icp-vs-fdl-mse-matched-k{K}@fdl_oracle"] = t["ICP / FDL-oracle - 1"].to_numpy(dtype=float)
     for suffix, fdl in (("", "fdl_mdn"), ("@fdl_oracle", "fdl_oracle")):
         v[f"icp-gain-grows-kpc{suffix}"] = gap(max(p.K), fdl)[0] - gap(1, fdl)[0] if max(p.K) > 1 else np.array([np.nan])
     return {k: (x if isinstance(x, float) else [float(y) for y in x]) for k, x in v.items()}
