@@ -11,7 +11,9 @@ variant), from permuting A under the Gaussian model (FairCP-Gauss, ``paper``) or
 (``paper``); KPC and the ICP test of EO; the analytic EO-fair linear optimum and plain OLS as the
 anchor and the control of the price of fairness; FairICP-MDN against FDL-MDN per K in {1, 5, 10}, and
 the trend from K = 1 to the largest K, each against the same comparison with an oracle FDL (the true
-A | Y, sampled by resampling prior draws), the control that removes the K-dim estimation; the
+A | Y, sampled by resampling prior draws), the control that removes the K-dim estimation; their MSE at a
+matched KPC, read off each method's loss-KPC curve over the lambda grid (K = 5, and 10 in full), with the
+same oracle control; the
 swap-odds estimation study of ``ICP_CP.R`` with linear-Gaussian estimators (every preset); the real
 datasets (``paper``, from ``data_path``: FairICP against the unconstrained model only).
 
