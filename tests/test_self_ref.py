@@ -379,3 +379,44 @@ def test_mask_ablation_reports_accuracy_and_auroc_of_the_unmasked_model():
     assert c.ok_unmasked is not None and c.conf_unmasked.shape == c.conf.shape
     plain = sr.metrics(res)["plain"]
     assert plain["acc_unmasked"] == round(float(c.ok_unmasked.mean()), 4) and "auroc_unmasked" in plain
+
+
+@pytest.mark.parametrize("n_layer,n_embd,length", [(2, 64, 9), (4, 128, 8), (1, 32, 8)])
+def test_label_logits_pass_equals_the_full_forward_and_its_loss_and_gradients(n_layer, n_embd, length, monkeypatch):
+    """The lean training pass (last token not fed, shared prefixes once, last block only at the labelled
+    positions) is GPT-2's full forward pass: same logits, loss and gradients up to float rounding."""
+    import copy
+
+    from companion.papers.self_ref.confidence import IGNORE
+
+    torch.manual_seed(0)
+    model = lm.build(26, n_layer, n_embd, 0)
+    seq = torch.randint(0, 26, (37, length))
+    seq[:, 0], seq[:, 1] = 1, torch.randint(2, 5, (37,))  # BOS OP: few distinct prefixes, computed once each
+    seq[-1, 1] = 7  # and one prefix of a single row
+    labels = lm.prompt_masked(seq)
+    labels[::3, lm.PROMPT_LEN] = IGNORE  # UN examples: the wrong answer masked, only the confidence token learned
+    full = model(input_ids=seq, use_cache=False).logits
+    first = lm.PROMPT_LEN - 1
+    torch.testing.assert_close(lm.gpt2_label_logits(model, seq, first), full[:, first:-1], rtol=0, atol=1e-5)
+
+    def reference(m):  # the loss over every position, as before
+        return torch.nn.functional.cross_entropy(m(input_ids=seq, use_cache=False).logits[:, :-1].flatten(0, 1),
+                                                 labels[:, 1:].flatten(), ignore_index=IGNORE)
+
+    model.train()
+    lean, ref = lm.lm_loss(model, seq, labels), reference(model)
+    torch.testing.assert_close(lean, ref, rtol=0, atol=1e-6)
+    for a, b in zip(torch.autograd.grad(lean, list(model.parameters())),
+                    torch.autograd.grad(ref, list(model.parameters()))):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    # a label on a prompt position: the full pass (the lean one would not see it)
+    labels[0, 2] = 3
+    torch.testing.assert_close(lm.lm_loss(model, seq, labels), reference(model))
+    # a few Adam steps with the lean pass follow those with the full pass (same minibatches)
+    twin = copy.deepcopy(model)
+    lean_losses = lm.train(model, seq, lm.prompt_masked(seq), 5, 3e-3, 16, torch.Generator().manual_seed(1))
+    monkeypatch.setattr(lm, "lm_loss", lambda m, s, lab: torch.nn.functional.cross_entropy(
+        m(input_ids=s, use_cache=False).logits[:, :-1].flatten(0, 1), lab[:, 1:].flatten(), ignore_index=IGNORE))
+    full_losses = lm.train(twin, seq, lm.prompt_masked(seq), 5, 3e-3, 16, torch.Generator().manual_seed(1))
+    np.testing.assert_allclose(lean_losses, full_losses, rtol=1e-5)
