@@ -75,6 +75,10 @@ class Params(BaseParams):
         # quick (the defaults) runs 6 seeds: a seed is about 22 CPU s of training steps (base 8, Self-REF of both
         # conditions 8, SFT 4, sharpening 1.5 on one thread), and until issue 55 quick ran 10 seeds (212 s wall,
         # 405 CPU s in its seed-0 record, over the 150 CPU s budget). Decided from that cost, before any verdict.
+        # Seed 0 on the Intel Xeon under the numerics profile, CPU s by stage, full training pass -> the lean one
+        # (lm.gpt2_label_logits): quick 29.1 -> 18.3 (base 10.4 -> 6.1, Self-REF 11.4 -> 7.1, SFT 4.8 -> 3.3,
+        # sharpening 1.8 -> 1.1); full 212.4 with the lean pass (strong model 161.6, base 19.0, Self-REF with the
+        # ablation 20.2, SFT 7.5, sharpening 3.1).
         "full": {"seeds": 6, "base_steps": 1500, "sharpen_steps": 200, "selfref_steps": 400,
                  "mask_ablation": True, "strong_model": "trained"},
         "paper": {"seeds": 1, "use_lora": True, "lr_ft": 1e-4, "selfref_steps": 300, "batch_size": 16},
