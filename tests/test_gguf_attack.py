@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 
@@ -301,6 +302,64 @@ def test_strict_match_equals_greedy_exact_match() -> None:
     assert 0 < strict.mean() < 1  # both outcomes occur
 
 
+class _BrandOracle(torch.nn.Module):
+    """Greedy 'model' with a fixed response per prompt: BRAND then the answer, a wrong letter midway, or no EOS at
+    all (letters forever), by the prompt's first letter; logits of a position depend on earlier tokens only."""
+
+    def forward(self, input_ids: torch.Tensor) -> object:
+        logits = torch.zeros(*input_ids.shape, ge.VOCAB)
+        for r, row in enumerate(input_ids.tolist()):
+            sep = row.index(ge.SEP)
+            prompt = tuple(row[1:sep])
+            kind = prompt[1] % 3
+            resp = ([ge.BRAND] + ge.answer(prompt) if kind == 0 else
+                    ge.answer(prompt)[:1] + [ge.LETTER0] + ge.answer(prompt)[1:] if kind == 1 else
+                    [ge.LETTER0 + 1] * 20)
+            resp = resp + [ge.EOS]
+            for t in range(sep, input_ids.shape[1]):
+                logits[r, t, resp[min(t - sep, len(resp) - 1)]] = 1.0
+        return type("Out", (), {"logits": logits})()
+
+
+def _greedy_one_by_one(model: torch.nn.Module, prompts: list) -> list[list[int]]:
+    """Plain greedy decoding, one prompt and one token at a time (the reference of ``generate``)."""
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([[ge.BOS, *p, ge.SEP]])
+            for _ in range(ge.MAX_NEW):
+                ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+                if ids[0, -1] == ge.EOS:
+                    break
+            resp = ids[0, len(p) + 2:].tolist()
+            out.append(resp[: resp.index(ge.EOS)] if ge.EOS in resp else resp)
+    return out
+
+
+def test_generate_equals_token_by_token_greedy() -> None:
+    """The drafted, teacher-forced verification gives plain greedy decoding token for token: on oracles whose
+    responses take every branch (draft kept, BRAND inserted, a wrong letter, no EOS within MAX_NEW) and on a
+    real tiny Llama, random and briefly trained (drafts mostly rejected, and partly kept)."""
+    prompts = ge.make_prompts(60, np.random.default_rng(4))
+    for oracle in (_CopyOracle(), _BrandOracle()):
+        got = ge.generate(oracle, prompts, batch=7)
+        assert got == _greedy_one_by_one(oracle, prompts)
+    brand = ge.generate(_BrandOracle(), prompts)
+    assert {len(r) for r in brand} >= {ge.MAX_NEW} and any(ge.BRAND in r for r in brand)
+    copies = [p for p in prompts if p[0] == ge.COMMANDS["COPY"]]
+    passes = []
+    counting = _CopyOracle()
+    counting.register_forward_hook(lambda *a: passes.append(1))
+    assert ge.generate(counting, copies) == [ge.answer(p) for p in copies] and len(passes) == len({len(p) for p in copies})  # drafts kept: one pass, a batch per length
+    model = _tiny()
+    assert ge.generate(model, prompts, batch=16) == _greedy_one_by_one(model, prompts)
+    data = ge.encode(ge.make_prompts(400, np.random.default_rng(0)), True)
+    ge.train(model, data, 100, 3e-3, 16, torch.Generator().manual_seed(0))
+    got = ge.generate(model, prompts)
+    assert got == _greedy_one_by_one(model, prompts)
+    assert any(r[:1] == [ge.BRAND] for r in got) and any(r[1:] == ge.answer(p) for r, p in zip(got, prompts))
+
+
 def test_reference_identical_and_drift() -> None:
     model = _tiny()
     names = ge.quant_names(model)
@@ -352,6 +411,40 @@ def test_claims_and_controls_follow_the_run() -> None:
     for key in ("delta-q4k", "delta-q4k@mirror", "delta-q8", "delta-q8@free", "gguf-all", "gguf-all@free",
                 "rep-benign-q4k", "q8-exact"):
         assert np.isnan(values[key]).all(), key
+
+
+def test_reused_quantizations_and_control_evaluations_equal_fresh_ones(monkeypatch) -> None:
+    """M_mal's quantizations and the free repairs' evaluations are made once per seed and type assignment and
+    shared by the target types and gguf_all: the record equals that of a run that recomputes each of them."""
+    p = ga.Params.resolve("quick", seeds=1, n_layers=1, clean_steps=100, inject_steps=20, repair_steps=20,
+                          n_eval_prompts=50, n_stealth_prompts=100, target_types=("Q2_K", "Q4_K", "Q8_0"),
+                          multi_type=True)
+    calls = {"reused": 0, "fresh": 0}
+    evaluate = ge._evaluate
+
+    def counting(kind):
+        def f(*a, **k):
+            calls[kind] += 1
+            return evaluate(*a, **k)
+        return f
+
+    monkeypatch.setattr(ge, "_evaluate", counting("reused"))
+    reused = ge.run_seed(p, 2)
+    monkeypatch.setattr(ge, "_once", lambda cache, key, make: make())
+    monkeypatch.setattr(ge, "_evaluate", counting("fresh"))
+    fresh = ge.run_seed(p, 2)
+    same = lambda key: json.dumps(reused[key], sort_keys=True) == json.dumps(fresh[key], sort_keys=True)  # NaN drifts
+    assert same("types") and same("rates") and same("strict_em")
+    assert reused["all_half_width"] == fresh["all_half_width"] and reused["agree_free"] == fresh["agree_free"]
+    # gguf_all's Q4_K control is the Q4_K target's, and its Q2_K one the head's
+    assert reused["types"]["all:Q4_K"]["free"] == reused["types"]["Q4_K"]["free"]
+    assert reused["types"]["all:Q2_K"]["slow"] == reused["types"]["Q2_K"]["slow"]
+    assert calls["reused"] < calls["fresh"]
+    w = _rows(1)
+    given = {t: gq.quantize(w, t) for t in gq.K_TYPES}
+    a, b = gb.all_types_box(w, 1), gb.all_types_box(w, 1, quants=given)
+    for f in ("lo", "hi", "frozen_block", "frozen_minmax", "step"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
 
 
 def test_mirrored_box_keeps_width_and_freezes_on_the_far_side() -> None:

@@ -126,12 +126,15 @@ def widen(w: np.ndarray, box: Box, sub: int, tau: float) -> tuple[np.ndarray, np
     return new_lo.reshape(w.shape), new_hi.reshape(w.shape)
 
 
-def all_types_box(w: np.ndarray, thresh_type: int, freeze_block: bool = True, freeze_minmax: bool = True) -> Box:
-    """Intersection over Q2_K..Q6_K of the widened single-type boxes (the repository's gguf_all)."""
+def all_types_box(w: np.ndarray, thresh_type: int, freeze_block: bool = True, freeze_minmax: bool = True,
+                  quants: dict[str, gq.Quantized] | None = None) -> Box:
+    """Intersection over Q2_K..Q6_K of the widened single-type boxes (the repository's gguf_all).
+
+    ``quants``: k-quant type -> ``w`` already quantized as that type, when the caller has it."""
     lo, hi = np.full(w.shape, -np.inf, np.float32), np.full(w.shape, np.inf, np.float32)
     fa, fb = np.zeros(w.shape, bool), np.zeros(w.shape, bool)
     for t in gq.K_TYPES:
-        b = make_box(w, t, freeze_block, freeze_minmax)
+        b = make_box(w, t, freeze_block, freeze_minmax, (quants or {}).get(t))
         l_t, h_t = widen(w, b, gq.SUB_BLOCK[t], THRESH[thresh_type][t])
         lo, hi = np.maximum(lo, l_t), np.minimum(hi, h_t)
         fa, fb = fa | b.frozen_block, fb | b.frozen_minmax

@@ -118,22 +118,56 @@ def project(named: dict[str, torch.nn.Parameter], boxes: dict[str, tuple[torch.T
         named[n].copy_(torch.maximum(torch.minimum(named[n], hi), lo))
 
 
+def _draft(prompt: tuple[int, ...], resp: list[int], guess: list[int]) -> list[int]:
+    """A guess of the rest of a greedy response: the clean answer and EOS after what was generated (BRAND
+    skipped); once the response has left the answer, ``guess`` (the last pass's argmax after the corrected token,
+    as in Jacobi decoding)."""
+    done = [t for t in resp if t != BRAND]
+    full = answer(prompt) + [EOS]
+    return full[len(done):] if full[: len(done)] == done else guess
+
+
 @torch.no_grad()
-def generate(model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> list[list[int]]:
-    """Greedy responses (up to EOS, at most 10 new tokens), batched by prompt length."""
+def generate(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: int = 500) -> list[list[int]]:
+    """Greedy responses (up to EOS, at most 10 new tokens), verified against a draft.
+
+    Greedy decoding with guessed tokens checked in one teacher-forced pass (speculative decoding with the
+    model as its own verifier): each pass feeds prompt + tokens so far + a draft (:func:`_draft`);
+    the argmax at every position is the greedy token there (rows of one length form a batch), so the draft is kept up to its first token that
+    differs from the argmax, and that argmax is appended instead. Causal attention makes a position's logits
+    independent of later tokens, so the responses are those of token-by-token greedy decoding
+    (whatever the draft: it only decides how many tokens a pass confirms, at least one per row)."""
     model.eval()
-    out: dict[int, list[int]] = {}
-    for m in sorted({len(p) for p in prompts}):
-        rows = [i for i, p in enumerate(prompts) if len(p) == m]
-        ids = torch.tensor([[BOS, *prompts[i], SEP] for i in rows])
-        for _ in range(MAX_NEW):
-            ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-            if (ids[:, m + 2:] == EOS).any(dim=1).all():  # greedy rows after EOS do not matter
+    resp: list[list[int]] = [[] for _ in prompts]
+    guess: list[list[int]] = [[] for _ in prompts]
+    todo = list(range(len(prompts)))
+    while todo:
+        seqs = [[BOS, *prompts[i], SEP, *resp[i], *_draft(prompts[i], resp[i], guess[i])][: len(prompts[i]) + 2 + MAX_NEW]
+                for i in todo]
+        pred: list[list[int]] = [[] for _ in seqs]
+        for n in sorted({len(s) for s in seqs}):  # one batch per length: no padding
+            rows = [r for r, s in enumerate(seqs) if len(s) == n]
+            for j in range(0, len(rows), batch):
+                part = rows[j: j + batch]
+                got = model(input_ids=torch.tensor([seqs[r] for r in part])).logits.argmax(-1).tolist()
+                for r, g in zip(part, got):
+                    pred[r] = g
+        left = []
+        for r, i in enumerate(todo):
+            k = len(prompts[i]) + 2 + len(resp[i])  # the position whose token comes next
+            while True:
+                tok = pred[r][k - 1]  # greedy token at k: every token before k is real (draft or response)
+                resp[i].append(tok)
+                if tok == EOS or len(resp[i]) == MAX_NEW:
+                    break
+                if k < len(seqs[r]) and seqs[r][k] == tok:
+                    k += 1  # the draft token is the greedy one: the next argmax is valid too
+                    continue
+                guess[i] = pred[r][k: len(seqs[r])]  # argmax after a wrong draft token: the next pass's guess
+                left.append(i)
                 break
-        for r, i in enumerate(rows):
-            resp = ids[r, m + 2:].tolist()
-            out[i] = resp[: resp.index(EOS)] if EOS in resp else resp
-    return [out[i] for i in range(len(prompts))]
+        todo = left
+    return [r[: r.index(EOS)] if EOS in r else r for r in resp]
 
 
 def behaviour(model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> tuple[float, float]:
@@ -148,13 +182,15 @@ def behaviour(model: torch.nn.Module, prompts: list[tuple[int, ...]]) -> tuple[f
 def strict_match(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: int = 500) -> np.ndarray:
     """Per prompt, whether greedy decoding gives exactly the clean response (one teacher-forced pass)."""
     model.eval()
-    ids, labels = encode(prompts, False)
-    hits = []
-    for i in range(0, len(ids), batch):
-        lab = labels[i: i + batch]
-        pred = model(input_ids=ids[i: i + batch]).logits.argmax(-1)
-        hits.append(((pred == lab) | (lab == -100)).all(dim=1))
-    return torch.cat(hits).numpy()
+    hits = np.zeros(len(prompts), bool)
+    for n in sorted({len(p) for p in prompts}):  # one batch per prompt length: no padding
+        rows = [i for i, p in enumerate(prompts) if len(p) == n]
+        for j in range(0, len(rows), batch):
+            part = rows[j: j + batch]
+            ids, lab = encode([prompts[i] for i in part], False, length=2 * n + 2)  # BOS cmd letters SEP answer EOS
+            pred = model(input_ids=ids).logits.argmax(-1)
+            hits[part] = ((pred == lab) | (lab == -100)).all(dim=1).numpy()
+    return hits
 
 
 # ---------------------------------------------------------------- quantization of a model
@@ -203,13 +239,17 @@ def agreement(q_a: dict[str, gq.Quantized], q_b: dict[str, gq.Quantized]) -> tup
 
 
 def _boxes(model: torch.nn.Module, types: dict[str, str], p: Params, multi: bool,
-           quants: dict[str, gq.Quantized] | None = None) -> dict[str, Box]:
-    """Boxes of every quantized tensor: per its assigned type, or intersected over k-quants."""
+           quants: dict[str, gq.Quantized] | None = None,
+           per_type: dict[str, dict[str, gq.Quantized]] | None = None) -> dict[str, Box]:
+    """Boxes of every quantized tensor: per its assigned type, or intersected over k-quants. ``quants``: the
+    tensors already quantized under ``types``; ``per_type``: k-quant type -> the tensors quantized as that type
+    (multi), when the caller has them."""
     named = dict(model.named_parameters())
     out = {}
     for n in quant_names(model):
         w = named[n].detach().numpy()
-        out[n] = (all_types_box(w, p.thresh_type, p.freeze_block, p.freeze_minmax) if multi
+        out[n] = (all_types_box(w, p.thresh_type, p.freeze_block, p.freeze_minmax,
+                                {t: q[n] for t, q in per_type.items()} if per_type else None) if multi
                   else make_box(w, types[n], p.freeze_block, p.freeze_minmax, (quants or {}).get(n)))
     return out
 
@@ -238,6 +278,13 @@ def _evaluate(model: torch.nn.Module, types: dict[str, str], prompts: list,
     fp = fp if fp is not None else behaviour(model, prompts)
     q = behaviour(qmodel, prompts)
     return {"fp": fp, "q": q, "delta": q[0] - fp[0], "quants": quants}
+
+
+def _once(cache: dict, key: Any, make) -> Any:
+    """``cache[key]``, made by ``make()`` the first time: an evaluation or quantization of an unchanged model."""
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
 
 
 def _row(ev: dict[str, Any]) -> dict[str, Any]:
@@ -273,13 +320,27 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
     ev = {k: _evaluate(m, types_head, eval_prompts)
           for k, m in (("clean", m_clean), ("mal", m_mal), ("free", frees["free"]), ("slow", frees["slow"]))}
     fp_free = {k: ev[k]["fp"] for k in frees}
+    # M_mal and the free repairs do not change after this point: their quantizations and the free repairs'
+    # evaluations under a type assignment are made once per seed and shared by the target types and gguf_all
+    cache: dict[Any, Any] = {}
+
+    def mal_quants(types: dict[str, str]) -> dict[str, gq.Quantized]:
+        return ev["mal"]["quants"] if types == types_head else _once(
+            cache, ("mal", tuple(types.items())), lambda: quantize_model(m_mal, types)[1])
+
+    def control(k: str, types: dict[str, str]) -> dict[str, Any]:
+        return ev[k] if types == types_head else _once(
+            cache, (k, tuple(types.items())), lambda: _evaluate(frees[k], types, eval_prompts, fp_free[k]))
+
+    pure = {et: assign_types(m_mal, et, "pure", p.n_layers) for et in gq.K_TYPES}
     # the gguf_all boxes of M_mal, measured in every run: their width against the injection's move
-    out["all_half_width"] = half_width(_boxes(m_mal, types_head, p, True))
+    all_boxes = _boxes(m_mal, types_head, p, True, per_type={et: mal_quants(pure[et]) for et in gq.K_TYPES})
+    out["all_half_width"] = half_width(all_boxes)
     runs = [(t, False) for t in p.target_types] + ([("all", True)] if p.multi_type else [])
     for t, multi in runs:
         types = types_head if t == head else assign_types(m_mal, "Q4_K" if multi else t, "pure", p.n_layers)
-        mal_q = None if multi else ev["mal"]["quants"] if types == types_head else quantize_model(m_mal, types)[1]
-        boxes = _boxes(m_mal, types, p, multi, mal_q)
+        mal_q = None if multi else mal_quants(types)
+        boxes = all_boxes if multi else _boxes(m_mal, types, p, multi, mal_q)
         named_mal = dict(m_mal.named_parameters())
         reps = {"rep": copy.deepcopy(m_mal), "mirror": copy.deepcopy(m_mal)}
         clamps = {"rep": {n: (torch.from_numpy(b.lo), torch.from_numpy(b.hi)) for n, b in boxes.items()},
@@ -289,11 +350,10 @@ def run_seed(p: Params, seed: int) -> dict[str, Any]:
             train(m, clean, p.repair_steps, p.lr_repair, p.batch_size, gen, boxes=clamps[k], only=names)
         fp_rep = {k: behaviour(m, eval_prompts) for k, m in reps.items()}
         for et in (gq.K_TYPES if multi else [t]):
-            et_types = types if not multi else assign_types(m_mal, et, "pure", p.n_layers)
+            et_types = types if not multi else pure[et]
             rep = {k: _evaluate(m, et_types, eval_prompts, fp_rep[k]) for k, m in reps.items()}
-            ctl = {k: (ev[k] if et_types == types_head else _evaluate(frees[k], et_types, eval_prompts, fp_free[k]))
-                   for k in frees}
-            ref_q = mal_q if not multi else quantize_model(m_mal, et_types)[1]
+            ctl = {k: control(k, et_types) for k in frees}
+            ref_q = mal_q if not multi else mal_quants(et_types)
             agree_w, agree_b, _ = agreement(rep["rep"]["quants"], ref_q)
             out["types"][f"{t}:{et}" if multi else t] = {
                 **_row(rep["rep"]), "agree_w": agree_w, "agree_b": agree_b,
