@@ -132,9 +132,9 @@ def generate(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: int 
     """Greedy responses (up to EOS, at most 10 new tokens), verified against a draft.
 
     Greedy decoding with guessed tokens checked in one teacher-forced pass (speculative decoding with the
-    model as its own verifier): each pass feeds prompt + tokens so far + a draft (:func:`_draft`);
-    the argmax at every position is the greedy token there (rows of one length form a batch), so the draft is kept up to its first token that
-    differs from the argmax, and that argmax is appended instead. Causal attention makes a position's logits
+    model as its own verifier): each pass feeds prompt + tokens so far + a draft (:func:`_draft`); the argmax
+    at every position is the greedy token there (rows of one length form a batch), so the draft is kept up to
+    its first token that differs from the argmax, and that argmax is appended instead. Causal attention makes a position's logits
     independent of later tokens, so the responses are those of token-by-token greedy decoding
     (whatever the draft: it only decides how many tokens a pass confirms, at least one per row)."""
     model.eval()
