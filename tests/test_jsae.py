@@ -430,9 +430,11 @@ def test_conditions_carry_their_seed_offsets():
     rnd = ex.random_conditions(p)
     assert rnd == [("jsae-random", 1.0, 0, ex.RANDOM_LM_SEED), ("sae-random", 0.0, 0, ex.RANDOM_LM_SEED),
                    ("jsae-random2", 1.0, 0, ex.RANDOM_LM2_SEED), ("sae-random2", 0.0, 0, ex.RANDOM_LM2_SEED)]
-    trained = {c.name: (c.lam, c.sae_offset, c.lm_offset) for c in ex.trained_conditions(p)}
-    assert trained == {"sae": (0.0, 0, None), "jsae": (1.0, 0, None), "sae-twin": (0.0, ex.TWIN_SEED, None),
-                       "jsae-hi": (3.0, 0, None), "sae-twin2": (0.0, ex.TWIN2_SEED, None)}
+    quick = {c.name: (c.lam, c.sae_offset, c.lm_offset) for c in ex.trained_conditions(p)}
+    assert quick == {"sae": (0.0, 0, None), "jsae": (1.0, 0, None), "sae-twin": (0.0, ex.TWIN_SEED, None)}
+    trained = {c.name: (c.lam, c.sae_offset, c.lm_offset)
+               for c in ex.trained_conditions(jsae.Params.resolve("full"))}
+    assert trained == {**quick, "jsae-hi": (3.0, 0, None), "sae-twin2": (0.0, ex.TWIN2_SEED, None)}
     assert set(ex.CONDITIONS) == set(trained) | {c.name for c in rnd}
     from companion.papers.jsae import plots
 
@@ -630,3 +632,22 @@ def test_a_job_on_a_cached_lm_equals_one_on_a_fresh_lm():
         assert cached.ce_base == fresh.ce_base
     assert np.isfinite(cached.ev.ce)  # the trained LM: its CE baselines come from the cache too
     ex._LM_CACHE.clear()
+
+
+def test_the_lm_trains_with_the_stored_thread_count_whatever_the_machine(monkeypatch):
+    """The LM's bits depend on torch's thread count: a machine with more cores must still train it on two."""
+    seen = []
+
+    def stop(params):
+        seen.append(torch.get_num_threads())
+        raise KeyboardInterrupt
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr("companion.resources.cores", lambda: 8)
+    monkeypatch.setattr(ex, "train_lm", stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ex.run(jsae.Params.resolve("quick"), workers=8)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [ex.LM_THREADS] == [2]

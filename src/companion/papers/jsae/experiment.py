@@ -28,6 +28,7 @@ RANDOM_LM2_SEED = 2_000_003  # the second random LM's offset: independent of the
 TWIN_SEED = 3_000_017  # the twin pair's SAE-seed offset: another init and batch order on the same activations
 TWIN2_SEED = 4_000_037  # the second twin's SAE-seed offset: independent of the first twin's
 WINDOW_STREAM = 7  # numpy stream id of the training windows: np.random.default_rng([seed, 7])
+LM_THREADS = 2  # torch threads of the LM's training (the stored records' count; more threads change its bits)
 
 
 # --- the MLP in (normalised) coordinates -------------------------------------------------------
@@ -519,9 +520,12 @@ class Condition(NamedTuple):
 
 def trained_conditions(params: Params) -> list[Condition]:
     """The pairs run on the trained LM, per seed: the traditional pair and the JSAE, the twin traditional pair (their
-    control), the frontier check's JSAE at ``frontier_coef`` and the second twin (lambda = 0 beside them)."""
-    return [Condition("sae", 0.0), Condition("jsae", params.jac_coef), Condition(TWIN, 0.0, TWIN_SEED),
-            Condition(HI, params.frontier_coef), Condition(TWIN2, 0.0, TWIN2_SEED)]
+    control) and, with ``frontier_pairs``, the frontier check's JSAE at ``frontier_coef`` and the second twin (lambda
+    = 0 beside them)."""
+    pairs = [Condition("sae", 0.0), Condition("jsae", params.jac_coef), Condition(TWIN, 0.0, TWIN_SEED)]
+    if params.frontier_pairs:
+        pairs += [Condition(HI, params.frontier_coef), Condition(TWIN2, 0.0, TWIN2_SEED)]
+    return pairs
 
 
 def random_conditions(params: Params) -> list[Condition]:
@@ -550,8 +554,9 @@ def run(params: Params, workers: int | None = None) -> Results:
 
         return run_paper(params)
     seeds = params.seed_list()
-    # Nothing else runs while the LM trains, so it takes every core (25 vs 40 ms a step on two).
-    runtime.limit_threads(workers or runtime.cores())
+    # Nothing else runs while the LM trains, so it takes two threads (25 vs 40 ms a step), never the machine's
+    # core count: the thread count changes the LM's bits, and the records were stored with two.
+    runtime.limit_threads(LM_THREADS)
     loss, lm_steps, state = train_lm(params)
     runtime.limit_threads(1)
     jobs = [(params, c.name, s, c.lam, state, RANDOM_LM_SEED, c.sae_offset)
