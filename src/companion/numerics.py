@@ -16,8 +16,10 @@ choice away from it. Chosen by measurement on an AMD EPYC (Zen 3, AVX2, no AVX-5
 - ``MKL_CBWR=COMPATIBLE``: MKL's conditional numerical reproducibility. On this AMD CPU the AVX2, AVX
   and SSE4_2 branches gave bit-identical results to MKL's own choice (MKL ignores them on a non-Intel
   CPU), so only ``COMPATIBLE``, the one branch defined for every x86 vendor, pins the code path that an
-  Intel CPU would otherwise replace with its AVX-512 one. It costs time: a 2-layer GPT-2 trains 1.6x
-  slower and a 256 x 256 sgemm is 3.3x slower on this machine.
+  Intel CPU would otherwise replace with its AVX-512 one. oneMKL's developer guide says the same: on a
+  non-Intel CPU a named branch such as AVX2 falls back to AUTO, and results may differ. It costs time: a
+  2-layer GPT-2 trains 1.6x slower and a 256 x 256 sgemm is 3.3x slower on this machine (2.2x for the
+  GPT-2 on an Intel Xeon, where the AVX2 branch would cost 1.3x).
 - ``ONEDNN_MAX_CPU_ISA=AVX2``: oneDNN (convolutions) JIT-compiles for the widest ISA it finds.
 - ``NPY_DISABLE_CPU_FEATURES``: numpy dispatches exp, tanh, sorting and friends to AVX-512 (X86_V4)
   kernels where it can; these names disable them and are accepted on a CPU without them.
