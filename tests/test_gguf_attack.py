@@ -576,3 +576,11 @@ def test_paper_preset_resolves_a_relative_model_path(tiny_qwen_and_jsonl, monkey
     with pytest.raises(RuntimeError, match="stop after"):
         paper_preset.run_paper(p)
     assert seen == [str(project_root() / "data/local/gguf-attack/model")]
+
+
+def test_length_batches_group_equal_lengths_shortest_first_within_the_batch_size():
+    from companion.papers.gguf_attack.experiment import length_batches
+
+    got = list(length_batches([3, 1, 3, 2, 3, 1], 2))
+    assert got == [[1, 5], [3], [0, 2], [4]]
+    assert sorted(r for part in got for r in part) == list(range(6))

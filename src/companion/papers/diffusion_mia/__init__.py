@@ -139,10 +139,10 @@ OFF = {"secmi": f"{OFFICIAL_CODE}{OFF_RD}, SecMI .963/.963/.962 (ReDiffuse - Sec
 OFF_STAT = ("; the official SecMI there is its one-step attacker at t = 200, not SecMI-stat at (t_sec, k_sec) = "
             "(100, 10)")
 PIA_MARGIN = "; the paper claims ReDiffuse > PIA, the bar here is the spec's non-inferiority margin; "
-BLACKBOX = ("a membership signal survives when the attacker sees only the generation API, no weights and no "
-            "noise predictions (the paper's black-box setting, Sec. 3); ")
-BLACKBOX_ASR = BLACKBOX + OFFICIAL_CODE.replace("): AUC ", "): ASR ") + "ReDiffuse .929/.929/.926"
-BLACKBOX += OFF["rd"]
+BLACKBOX_SETTING = ("a membership signal survives when the attacker sees only the generation API, no weights and "
+                    "no noise predictions (the paper's black-box setting, Sec. 3); ")
+BLACKBOX = BLACKBOX_SETTING + OFF["rd"]
+BLACKBOX_ASR = BLACKBOX_SETTING + OFFICIAL_CODE.replace("): AUC ", "): ASR ") + "ReDiffuse .929/.929/.926"
 AVERAGING = "averaging the outputs is what makes the signal (Sec. 4, Algorithm 1; no number)"
 # controls: "n1" is ReDiffuse without its averaging (one query); "avg-distances" makes the same 10 queries
 # and averages their distances instead of the outputs (same query count, the paper's mechanism removed)

@@ -388,10 +388,9 @@ def claim_values(results: Results) -> dict[str, Any]:
     for K in SWEEP_KS:
         v[f"icp-vs-fdl-kpc-k{K}"], v[f"icp-vs-fdl-mse-k{K}"] = gap(K, "fdl_mdn")
         v[f"icp-vs-fdl-kpc-k{K}@fdl_oracle"] = gap(K, "fdl_oracle")[0]
-    for K in SWEEP_KS:
-        t = matched_table(results, K)
-        v[f"icp-vs-fdl-mse-matched-k{K}"] = t["ICP / FDL-MDN - 1"].to_numpy(dtype=float)
-        v[f"icp-vs-fdl-mse-matched-k{K}@fdl_oracle"] = t["ICP / FDL-oracle - 1"].to_numpy(dtype=float)
+        matched = matched_table(results, K)
+        v[f"icp-vs-fdl-mse-matched-k{K}"] = matched["ICP / FDL-MDN - 1"].to_numpy(dtype=float)
+        v[f"icp-vs-fdl-mse-matched-k{K}@fdl_oracle"] = matched["ICP / FDL-oracle - 1"].to_numpy(dtype=float)
     for suffix, fdl in (("", "fdl_mdn"), ("@fdl_oracle", "fdl_oracle")):
         v[f"icp-gain-grows-kpc{suffix}"] = gap(max(p.K), fdl)[0] - gap(1, fdl)[0] if max(p.K) > 1 else np.array([np.nan])
     return {k: (x if isinstance(x, float) else [float(y) for y in x]) for k, x in v.items()}

@@ -12,7 +12,7 @@ import copy
 import math
 import os
 import tempfile
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import gguf
 import numpy as np
@@ -127,6 +127,14 @@ def _draft(prompt: tuple[int, ...], resp: list[int], guess: list[int]) -> list[i
     return full[len(done):] if full[: len(done)] == done else guess
 
 
+def length_batches(lengths: Sequence[int], batch: int) -> Iterator[list[int]]:
+    """Row indices grouped by equal length (a batch needs no padding), shortest first, at most ``batch`` a group."""
+    for n in sorted(set(lengths)):
+        rows = [r for r, m in enumerate(lengths) if m == n]
+        for j in range(0, len(rows), batch):
+            yield rows[j: j + batch]
+
+
 @torch.no_grad()
 def generate(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: int = 500) -> list[list[int]]:
     """Greedy responses (up to EOS, at most 10 new tokens), verified against a draft.
@@ -145,13 +153,10 @@ def generate(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: int 
         seqs = [[BOS, *prompts[i], SEP, *resp[i], *_draft(prompts[i], resp[i], guess[i])][: len(prompts[i]) + 2 + MAX_NEW]
                 for i in todo]
         pred: list[list[int]] = [[] for _ in seqs]
-        for n in sorted({len(s) for s in seqs}):  # one batch per length: no padding
-            rows = [r for r, s in enumerate(seqs) if len(s) == n]
-            for j in range(0, len(rows), batch):
-                part = rows[j: j + batch]
-                got = model(input_ids=torch.tensor([seqs[r] for r in part])).logits.argmax(-1).tolist()
-                for r, g in zip(part, got):
-                    pred[r] = g
+        for part in length_batches([len(s) for s in seqs], batch):
+            got = model(input_ids=torch.tensor([seqs[r] for r in part])).logits.argmax(-1).tolist()
+            for r, g in zip(part, got):
+                pred[r] = g
         left = []
         for r, i in enumerate(todo):
             k = len(prompts[i]) + 2 + len(resp[i])  # the position whose token comes next
@@ -183,13 +188,11 @@ def strict_match(model: torch.nn.Module, prompts: list[tuple[int, ...]], batch: 
     """Per prompt, whether greedy decoding gives exactly the clean response (one teacher-forced pass)."""
     model.eval()
     hits = np.zeros(len(prompts), bool)
-    for n in sorted({len(p) for p in prompts}):  # one batch per prompt length: no padding
-        rows = [i for i, p in enumerate(prompts) if len(p) == n]
-        for j in range(0, len(rows), batch):
-            part = rows[j: j + batch]
-            ids, lab = encode([prompts[i] for i in part], False, length=2 * n + 2)  # BOS cmd letters SEP answer EOS
-            pred = model(input_ids=ids).logits.argmax(-1)
-            hits[part] = ((pred == lab) | (lab == -100)).all(dim=1).numpy()
+    for part in length_batches([len(p) for p in prompts], batch):
+        n = len(prompts[part[0]])
+        ids, lab = encode([prompts[i] for i in part], False, length=2 * n + 2)  # BOS cmd letters SEP answer EOS
+        pred = model(input_ids=ids).logits.argmax(-1)
+        hits[part] = ((pred == lab) | (lab == -100)).all(dim=1).numpy()
     return hits
 
 
