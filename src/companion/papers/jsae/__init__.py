@@ -99,8 +99,8 @@ class Params(BaseParams):
         # 73 242 steps of 4096 tokens are the paper's 300 M tokens, drawn from a pool of n_tokens.
         # Activations normalised as in the toy (the official code forbids it): a re-initialised MLP's output
         # is far smaller, and absolute thresholds would compare the two LMs at different scales.
-        "paper": {"seeds": 3, "frontier_pairs": True, "hook_layer": 3, "n_tokens": 2**22, "expansion": 32, "k": 32, "jac_coef": 1.0,
-                  "sae_steps": 73_242, "sae_lr": 5e-4, "sae_batch": 4096, "device": "cuda"},
+        "paper": {"seeds": 3, "frontier_pairs": True, "hook_layer": 3, "n_tokens": 2**22, "expansion": 32, "k": 32,
+                  "jac_coef": 1.0, "sae_steps": 73_242, "sae_lr": 5e-4, "sae_batch": 4096, "device": "cuda"},
     }
 
     def __post_init__(self) -> None:
