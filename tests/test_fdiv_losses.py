@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -285,8 +286,10 @@ def test_run_with_part_d_keeps_the_validation_best_rate_and_fills_sft_and_distil
             val = {lr: res.lm_val_by_lr[loss][lr][i] for lr in params.lm_lrs}
             best = max(params.lm_lrs, key=lambda lr: val[lr])  # ties: the earlier rate (max keeps the first)
             assert res.lm_lr[loss][i] == best
-            assert res.lm_acc[loss][i] == res.lm_acc_by_lr[loss][best][i]  # the chosen run's test accuracy
     assert len(res.kl_half) == len(res.trigram) == len(res.bayes) == 2
+    table = experiment.lm_lr_table(res)
+    assert list(table.columns) == [f"val acc at step {experiment.select_step(params)}", "chosen on seeds"]
+    assert table["chosen on seeds"].groupby(level="loss").sum().tolist() == [2, 2]
 
 
 def test_lm_lr_table_prints_a_note_under_the_paper_preset(capsys):
@@ -317,19 +320,6 @@ def test_count_tables_on_a_deterministic_order_two_source():
     assert experiment.count_table_accuracy(empty, test) < 1.0  # no counts: token 0 everywhere
 
 
-def test_choose_lr_keeps_the_best_validation_run_per_seed_and_loss() -> None:
-    params = paper.Params.resolve("quick", lm_lrs=(3e-3, 1e-3), lm_losses=("kl", "alpha1.5"))
-    run = lambda lr, val, acc: {"lr": lr, "val_acc": val, "acc": acc}  # noqa: E731
-    outs = {(0, "kl", 3e-3): run(3e-3, 0.50, 0.40), (0, "kl", 1e-3): run(1e-3, 0.55, 0.30),
-            (0, "alpha1.5", 3e-3): run(3e-3, 0.20, 0.60), (0, "alpha1.5", 1e-3): run(1e-3, 0.20, 0.10),
-            (1, "kl", 3e-3): run(3e-3, 0.61, 0.10), (1, "kl", 1e-3): run(1e-3, 0.60, 0.90),
-            (1, "alpha1.5", 3e-3): run(3e-3, 0.10, 0.10), (1, "alpha1.5", 1e-3): run(1e-3, 0.30, 0.20)}
-    chosen = experiment.choose_lr(outs, [0, 1], params)
-    # validation decides (never the test accuracy); a tie keeps the earlier rate of the grid
-    assert {k: v["lr"] for k, v in chosen.items()} == {(0, "kl"): 1e-3, (0, "alpha1.5"): 3e-3,
-                                                        (1, "kl"): 3e-3, (1, "alpha1.5"): 1e-3}
-
-
 def test_the_validation_set_leaves_the_test_set_as_it_was() -> None:
     params = paper.Params.resolve("quick", lm_vocab=16)
     source, test, val, _ = experiment.lm_setting(params, 3)
@@ -339,12 +329,11 @@ def test_the_validation_set_leaves_the_test_set_as_it_was() -> None:
     assert len(val) * (val.shape[1] - 2) >= experiment.VAL_TOKENS and not np.array_equal(val[:10], test[:10])
 
 
-def test_lm_job_records_accuracy_and_support_curves() -> None:
+def test_lm_job_records_accuracy_support_curves_and_controls() -> None:
     params = paper.Params.resolve("quick", lm_steps=50, lm_vocab=16)
-    assert "controls" not in experiment.lm_job(params, 0, "alpha1.5")
-    assert "trigram" not in experiment.lm_job(params, 0, "kl", params.lm_lrs[1])  # counted at the first rate only
     out = experiment.lm_job(params, 0, "kl")
-    assert out["lr"] == params.lm_lrs[0] and 0.0 < out["val_acc"] < 1.0
+    assert set(out["val_by_lr"]) == set(params.lm_lrs) and all(0.0 < v < 1.0 for v in out["val_by_lr"].values())
+    assert out["val_by_lr"][out["lr"]] == max(out["val_by_lr"].values())  # the rate best on validation goes on
     assert out["controls"]["untrained"]["acc"] < out["kl_half_acc"] < 1.0  # half trained, but trained
     assert out["support"] == 16.0  # softmax keeps every token
     assert out["controls"]["kl-model"]["support"] < 16.0 and out["controls"]["kl-model"]["acc"] == out["acc"]
@@ -353,6 +342,30 @@ def test_lm_job_records_accuracy_and_support_curves() -> None:
     assert all(0.0 < share <= 1.0 for share in out["support_curve"])
     assert 2.0 <= out["true_support"] <= params.lm_support_max
     assert 0.0 <= out["recall"] <= 1.0
+    assert "controls" not in experiment.lm_job(params, 0, "alpha1.5")
+
+
+def test_a_run_stopped_for_the_choice_goes_on_with_the_same_bits() -> None:
+    """Successive halving changes which runs train in full, never the chosen run's values: a run stopped at
+    select_step and judged on validation, then trained on, equals one never stopped (same rate, same seed)."""
+    params = paper.Params.resolve("quick", lm_steps=50, lm_vocab=16, lm_layers=1, lm_dim=32)
+    source, test, val, q = experiment.lm_setting(params, 1)
+    runs = [experiment.LMTrainer(source, "alpha1.5", params, 1, params.lm_steps, q, lr=3e-3, eval_seqs=test,
+                                 curve_every=5) for _ in range(2)]
+    runs[0].advance(params.lm_steps)
+    experiment.lm_eval(runs[1].advance(experiment.select_step(params)), "alpha1.5", source, val, q, 30)
+    runs[1].advance(params.lm_steps)
+    for name, tensor in runs[0].model.state_dict().items():
+        assert torch.equal(tensor, runs[1].model.state_dict()[name]), name
+    assert runs[1].curve == runs[0].curve and len(runs[0].curve) == 10 and runs[1].step == params.lm_steps
+
+
+def test_select_step_is_a_share_of_the_schedule() -> None:
+    assert experiment.select_step(paper.Params.resolve("quick")) == 100
+    assert experiment.select_step(paper.Params.resolve("full")) == 400
+    assert experiment.select_step(paper.Params.resolve("quick", lm_select_share=1.0)) == 300
+    with pytest.raises(ParamError, match="lm_select_share"):
+        paper.Params.resolve("quick", lm_select_share=0.0)
 
 
 class _LawLogits(torch.nn.Module):

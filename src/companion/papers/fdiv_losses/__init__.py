@@ -66,6 +66,9 @@ class Params(BaseParams):
                          "Markov LM chooses its rate from lm_lrs)")
     lm_lrs: tuple[float, ...] = param((3e-3, 1e-3), lo=1e-5, hi=1e-2, help="Markov LM: peak learning rates; "
                                       "each loss and seed keeps the one with the best validation accuracy")
+    lm_select_share: float = param(1 / 3, lo=0.05, hi=1.0, help="Markov LM: share of lm_steps every rate trains "
+                                   "before the rate with the best validation accuracy is kept and trained on to the "
+                                   "end (1: every rate trains in full)")
     reference_measure: str = param("ones", choices=("ones", "uniform", "prior"))
     run_distill_sft: bool = param(False, help="part D: distillation and fine-tuning")
     model_path: str = param(local_default(SLUG, "gpt2"), help="paper preset: local GPT-2 folder "

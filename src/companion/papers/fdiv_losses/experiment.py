@@ -60,10 +60,9 @@ class Results:
     lm_outside_mass: dict[str, list[float]] = field(default_factory=dict)
     # the sparsity controls: "kl-model" / "untrained" -> {"support", "recall", "outside_mass"} per seed
     lm_controls: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    # the learning rate chosen per loss and seed on validation; validation and test accuracy at every rate
+    # the learning rate chosen per loss and seed on validation; every rate's validation accuracy at select_step
     lm_lr: dict[str, list[float]] = field(default_factory=dict)
     lm_val_by_lr: dict[str, dict[float, list[float]]] = field(default_factory=dict)
-    lm_acc_by_lr: dict[str, dict[float, list[float]]] = field(default_factory=dict)
     kl_half: list[float] = field(default_factory=list)  # the chosen KL run's mid-schedule checkpoint (not annealed)
     trigram: list[float] = field(default_factory=list)  # accuracy of a trigram count table, same tokens
     bigram: list[float] = field(default_factory=list)  # the same counts with the older context token dropped
@@ -233,38 +232,55 @@ def lm_targets(source: MarkovSource, seqs: np.ndarray, soft: bool) -> torch.Tens
     return torch.from_numpy(seqs[:, 2:])
 
 
-def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, *,
-             model: torch.nn.Module | None = None, layers: int | None = None, soft: bool = False,
-             eval_seqs: np.ndarray | None = None, curve_every: int = 0, lr: float | None = None,
-             mid: dict[str, Any] | None = None) -> tuple[torch.nn.Module, list[tuple[float, float]]]:
-    """Train (or fine-tune) a tiny GPT-2 with the FY loss at peak rate ``lr`` (default ``params.lm_lrs[0]``);
-    optionally record (accuracy, support / V) curves. With ``mid`` (a dict) and ``eval_seqs``, ``mid`` receives
-    the model's evaluation on every ``eval_seqs`` after half the steps (the ``kl-half`` control of
-    ``alpha15-lm``: the run's mid-schedule checkpoint, its learning rate not annealed, so weaker than a model
-    trained for half the steps on its own schedule)."""
-    if model is None:
-        model = tiny_gpt2(source.vocab, layers or params.lm_layers, params.lm_dim, 4, 64, seed=seed)
-    div, rng = get_divergence(loss), np.random.default_rng(seed + 10_000)
-    lr = params.lm_lrs[0] if lr is None else lr
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(s, steps))
-    curve = []
-    model.train()
-    for step in range(steps):
-        seqs = sample_sequences(source, BATCH, SEQ_LEN, rng)
-        logits = model(torch.from_numpy(seqs)).logits[:, 1:-1]
-        target = lm_targets(source, seqs, soft)
-        opt.zero_grad()
-        fy_loss(div, logits.reshape(-1, source.vocab), target.reshape(-1, *target.shape[2:]),
-                q, params.bisect_iters).mean().backward()
-        opt.step()
-        sched.step()
-        if curve_every and eval_seqs is not None and ((step + 1) % curve_every == 0):
-            point = lm_eval(model, loss, source, eval_seqs[:200], q, params.bisect_iters)
-            curve.append((point["acc"], point["support"] / source.vocab))
-        if mid is not None and eval_seqs is not None and step + 1 == steps // 2:
-            mid.update(lm_eval(model, loss, source, eval_seqs, q, params.bisect_iters))
-    return model, curve
+class LMTrainer:
+    """Trains (or fine-tunes) a tiny GPT-2 with an FY loss at peak rate ``lr`` on a schedule of ``steps`` AdamW
+    steps, up to any step at a time (:meth:`advance`), so a run stopped to be judged on validation goes on with
+    the same bits as one never stopped. With
+    ``eval_seqs`` it records (accuracy, support / V) curves every ``curve_every`` steps and, with ``keep_mid``,
+    the evaluation after half the steps (the ``kl-half`` control of ``alpha15-lm``: the run's mid-schedule
+    checkpoint, its learning rate not annealed, so weaker than a model trained for half the steps on its own
+    schedule)."""
+
+    def __init__(self, source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, *,
+                 model: torch.nn.Module | None = None, layers: int | None = None, soft: bool = False,
+                 lr: float | None = None, eval_seqs: np.ndarray | None = None, curve_every: int = 0,
+                 keep_mid: bool = False) -> None:
+        self.source, self.loss, self.params, self.steps, self.q, self.soft = source, loss, params, steps, q, soft
+        self.model = model or tiny_gpt2(source.vocab, layers or params.lm_layers, params.lm_dim, 4, 64, seed=seed)
+        self.lr = params.lm_lrs[0] if lr is None else lr
+        self.div, self.rng = get_divergence(loss), np.random.default_rng(seed + 10_000)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.01)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_at(s, steps))
+        self.eval_seqs, self.curve_every, self.keep_mid = eval_seqs, curve_every, keep_mid
+        self.step, self.curve, self.mid = 0, [], {}
+
+    def advance(self, to: int) -> torch.nn.Module:
+        """Train from the current step up to step ``to`` (at most ``steps``); returns the model."""
+        self.model.train()
+        for step in range(self.step, min(to, self.steps)):
+            seqs = sample_sequences(self.source, BATCH, SEQ_LEN, self.rng)
+            logits = self.model(torch.from_numpy(seqs)).logits[:, 1:-1]
+            target = lm_targets(self.source, seqs, self.soft)
+            self.opt.zero_grad()
+            fy_loss(self.div, logits.reshape(-1, self.source.vocab), target.reshape(-1, *target.shape[2:]),
+                    self.q, self.params.bisect_iters).mean().backward()
+            self.opt.step()
+            self.sched.step()
+            self.step = step + 1
+            if self.eval_seqs is None:
+                continue
+            if self.curve_every and self.step % self.curve_every == 0:
+                point = lm_eval(self.model, self.loss, self.source, self.eval_seqs[:200], self.q,
+                                self.params.bisect_iters)
+                self.curve.append((point["acc"], point["support"] / self.source.vocab))
+            if self.keep_mid and self.step == self.steps // 2:
+                self.mid = lm_eval(self.model, self.loss, self.source, self.eval_seqs, self.q, self.params.bisect_iters)
+        return self.model
+
+
+def train_lm(source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, **kwargs) -> torch.nn.Module:
+    """A tiny GPT-2 trained for ``steps`` steps in one go (``kwargs``: those of :class:`LMTrainer`)."""
+    return LMTrainer(source, loss, params, seed, steps, q, **kwargs).advance(steps)
 
 
 def lm_eval(model: torch.nn.Module, loss: str, source: MarkovSource, seqs: np.ndarray, q, iters: int) -> dict[str, Any]:
@@ -307,46 +323,49 @@ def lm_setting(params: Params, seed: int) -> tuple[MarkovSource, np.ndarray, np.
     return source, test, val, q
 
 
-def lm_job(params: Params, seed: int, loss: str, lr: float | None = None) -> dict[str, Any]:
-    """Part C for one seed, one loss and one peak learning rate (default the grid's first): the model's
-    validation accuracy (which chooses the rate), its test metrics and, for KL, the controls; the source is
-    rebuilt from the seed. With ``run_distill_sft`` the trained weights come back for :func:`distill_sft_job`."""
-    lr = params.lm_lrs[0] if lr is None else lr
+def select_step(params: Params) -> int:
+    """The step at which every rate's run is judged on validation (``lm_select_share`` of ``lm_steps``)."""
+    return min(params.lm_steps, max(1, round(params.lm_select_share * params.lm_steps)))
+
+
+def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
+    """Part C for one seed and loss, the rate chosen by successive halving: every peak rate of ``lm_lrs`` trains
+    to :func:`select_step`, the run with the best validation accuracy (ties: the earlier rate) trains on to
+    ``lm_steps`` and is measured on the test set. For KL, the sparsity controls, the mid-schedule checkpoint and
+    the count tables; with ``run_distill_sft``, part D's fine-tuning of the trained model on a perturbed source
+    (``SFT_STEPS``)."""
     source, test, val, q = lm_setting(params, seed)
-    every = max(1, params.lm_steps // 10)
-    mid: dict[str, Any] = {}
-    model, curve = train_lm(source, loss, params, seed, params.lm_steps, q, eval_seqs=test, curve_every=every,
-                            lr=lr, mid=mid if loss == "kl" else None)
-    out = {"lr": lr, "val_acc": lm_eval(model, loss, source, val, q, params.bisect_iters)["acc"],
-           "bayes": bayes_accuracy(source, test), "curve": [acc for acc, _ in curve],
-           "support_curve": [share for _, share in curve],
+    runs = [LMTrainer(source, loss, params, seed, params.lm_steps, q, lr=lr, eval_seqs=test,
+                      curve_every=max(1, params.lm_steps // 10), keep_mid=loss == "kl") for lr in params.lm_lrs]
+    val_acc = [lm_eval(run.advance(select_step(params)), loss, source, val, q, params.bisect_iters)["acc"]
+               for run in runs]
+    best = runs[int(np.argmax(val_acc))]
+    model = best.advance(params.lm_steps)
+    out = {"lr": best.lr, "val_by_lr": dict(zip(params.lm_lrs, val_acc)), "bayes": bayes_accuracy(source, test),
+           "curve": [acc for acc, _ in best.curve], "support_curve": [share for _, share in best.curve],
            **lm_eval(model, loss, source, test, q, params.bisect_iters)}
     if loss == "kl":
         untrained = tiny_gpt2(source.vocab, params.lm_layers, params.lm_dim, 4, 64, seed=seed)
         out["controls"] = {"kl-model": lm_eval(model, "alpha1.5", source, test, q, params.bisect_iters),
                            "untrained": lm_eval(untrained, "alpha1.5", source, test, q, params.bisect_iters)}
-        out["kl_half_acc"] = mid.get("acc", float("nan"))
-        if lr == params.lm_lrs[0]:  # the count tables do not depend on the rate: counted once per seed
-            counts = trigram_counts(source, params.lm_steps * BATCH, np.random.default_rng(seed + 20_000))
-            out["trigram"] = count_table_accuracy(counts, test)
-            out["bigram"] = count_table_accuracy(counts.sum(axis=0), test)
+        out["kl_half_acc"] = best.mid.get("acc", float("nan"))
+        counts = trigram_counts(source, params.lm_steps * BATCH, np.random.default_rng(seed + 20_000))
+        out["trigram"] = count_table_accuracy(counts, test)
+        out["bigram"] = count_table_accuracy(counts.sum(axis=0), test)
     if params.run_distill_sft:
-        out["state"] = model.state_dict()
+        shifted = perturb(source, 0.3, params.lm_support_max, np.random.default_rng(seed + 1))
+        tuned = train_lm(shifted, loss, params, seed, SFT_STEPS, q, model=model, lr=best.lr)
+        shifted_test = sample_sequences(shifted, len(test), SEQ_LEN, np.random.default_rng(seed + 2))
+        out["sft_acc"] = lm_eval(tuned, loss, shifted, shifted_test, q, params.bisect_iters)["acc"]
     return out
 
 
-def distill_sft_job(params: Params, seed: int, loss: str, lr: float, state: dict[str, Any]) -> dict[str, Any]:
-    """Part D for one seed and loss at its chosen rate: fine-tune the trained model on a perturbed source
-    (``SFT_STEPS``) and distil the true table into a one-layer student."""
+def distill_job(params: Params, seed: int, loss: str, lr: float) -> dict[str, Any]:
+    """Part D, distillation, for one seed and loss at its chosen rate: a one-layer student trained on the true
+    next-token laws (it does not depend on the trained model, only on the chosen rate)."""
     source, test, _, q = lm_setting(params, seed)
-    model = tiny_gpt2(source.vocab, params.lm_layers, params.lm_dim, 4, 64, seed=seed)
-    model.load_state_dict(state)
-    shifted = perturb(source, 0.3, params.lm_support_max, np.random.default_rng(seed + 1))
-    tuned, _ = train_lm(shifted, loss, params, seed, SFT_STEPS, q, model=model, lr=lr)
-    shifted_test = sample_sequences(shifted, len(test), SEQ_LEN, np.random.default_rng(seed + 2))
-    student, _ = train_lm(source, loss, params, seed, params.lm_steps, q, layers=1, soft=True, lr=lr)
-    return {"sft_acc": lm_eval(tuned, loss, shifted, shifted_test, q, params.bisect_iters)["acc"],
-            "distill": lm_eval(student, loss, source, test, q, params.bisect_iters)}
+    student = train_lm(source, loss, params, seed, params.lm_steps, q, layers=1, soft=True, lr=lr)
+    return {"distill": lm_eval(student, loss, source, test, q, params.bisect_iters)}
 
 
 def trigram_counts(source: MarkovSource, n_seqs: int, rng: np.random.Generator) -> np.ndarray:
@@ -400,27 +419,22 @@ def run(params: Params) -> Results:
     iters = list(range(2, 41, 2))
     res.convergence = convergence(params.seed)
     res.slopes = {name: error_slope(iters, res.convergence[name]) for name in SPARSE_FAMILIES}
-    lm_jobs = [] if paper else [(params, seed, loss, lr) for seed in seeds for loss in params.lm_losses
-                                for lr in params.lm_lrs]
     every = max(1, params.lm_steps // 10)
     res.lm_curve_steps = list(range(every, params.lm_steps + 1, every))
-    part_d = [] if paper or not params.run_distill_sft else [(seed, loss) for seed in seeds for loss in params.lm_losses]
-    with tqdm(total=len(seeds) + len(lm_jobs) + len(part_d), desc="fdiv-losses", disable=None, mininterval=5) as bar:
-        jobs = [(params, seed) for seed in seeds] + lm_jobs
-        outs = runtime.parallel_map(_job, [(job,) for job in jobs], on_done=lambda: bar.update(1))
-        chosen = {} if paper else choose_lr({(seed, loss, lr): out for (_, seed, *rest), out in zip(jobs, outs)
-                                             if rest for loss, lr in [rest]}, seeds, params)
-        if part_d:
-            d_jobs = [(params, seed, loss, chosen[seed, loss]["lr"], chosen[seed, loss].pop("state"))
-                      for seed, loss in part_d]
-            d_outs = runtime.parallel_map(_job, [(job,) for job in d_jobs], on_done=lambda: bar.update(1))
-            for (_, seed, loss, *_), out in zip(d_jobs, d_outs):
-                chosen[seed, loss].update(out)
-    for (_, seed, *rest), out in zip(jobs, outs):
-        if rest:
-            loss, lr = rest
-            res.lm_val_by_lr.setdefault(loss, {}).setdefault(lr, []).append(out["val_acc"])
-            res.lm_acc_by_lr.setdefault(loss, {}).setdefault(lr, []).append(out["acc"])
+    # the LM jobs first: the longest, so the pool's greedy order balances the two workers
+    jobs = [] if paper else [("lm", params, seed, loss) for seed in seeds for loss in params.lm_losses]
+    jobs += [("seed", params, seed) for seed in seeds]
+    distill = [] if paper or not params.run_distill_sft else [(seed, loss) for seed in seeds for loss in params.lm_losses]
+    with tqdm(total=len(jobs) + len(distill), desc="fdiv-losses", disable=None, mininterval=5) as bar:
+        outs = runtime.parallel_map(_job, jobs, on_done=lambda: bar.update(1))
+        chosen = {(job[2], job[3]): out for job, out in zip(jobs, outs) if job[0] == "lm"}
+        d_jobs = [("distill", params, seed, loss, chosen[seed, loss]["lr"]) for seed, loss in distill]
+        for (_, _, seed, loss, _), out in zip(d_jobs, runtime.parallel_map(_job, d_jobs, on_done=lambda: bar.update(1))):
+            chosen[seed, loss].update(out)
+    for job, out in zip(jobs, outs):
+        if job[0] == "lm":
+            for lr, acc in out["val_by_lr"].items():
+                res.lm_val_by_lr.setdefault(job[3], {}).setdefault(lr, []).append(acc)
             if "trigram" in out:
                 res.trigram.append(out["trigram"])
                 res.bigram.append(out["bigram"])
@@ -461,18 +475,12 @@ def seed_job(params: Params, seed: int) -> dict[str, Any]:
             "digits": digits_experiment(params, seed), "logreg": logreg_accuracy(seed)}
 
 
-def _job(job: tuple) -> Any:
-    """One unit of parallel work: a seed's parts A-B ``(params, seed)``, an LM run ``(params, seed, loss, lr)``
-    or part D ``(params, seed, loss, lr, state)``."""
-    return {2: seed_job, 4: lm_job, 5: distill_sft_job}[len(job)](*job)
+JOBS = {"seed": seed_job, "lm": lm_job, "distill": distill_job}
 
 
-def choose_lr(outs: dict[tuple[int, str, float], dict[str, Any]], seeds: list[int],
-              params: Params) -> dict[tuple[int, str], dict[str, Any]]:
-    """Per seed and loss, the run whose peak rate gives the best validation accuracy (ties: the earlier rate
-    in ``lm_lrs``), as digits chooses per loss; the test set plays no part in the choice."""
-    return {(seed, loss): max((outs[seed, loss, lr] for lr in params.lm_lrs), key=lambda o: o["val_acc"])
-            for seed in seeds for loss in params.lm_losses}
+def _job(name: str, *args: Any) -> Any:
+    """One unit of parallel work, named by its function in ``JOBS``."""
+    return JOBS[name](*args)
 
 
 # --- claims -------------------------------------------------------------------------------------
@@ -526,8 +534,8 @@ def metrics(res: Results) -> dict[str, Any]:
            "lm_outside_mass": mean(res.lm_outside_mass),
            "bayes_acc": float(np.mean(res.bayes)), "bisection_slopes": res.slopes,
            "lm_acc_per_seed": res.lm_acc, "lm_lr_chosen": res.lm_lr,
-           "lm_acc_by_lr": {loss: {f"{lr:g}": float(np.mean(v)) for lr, v in d.items()}
-                            for loss, d in res.lm_acc_by_lr.items()}}
+           "lm_val_by_lr": {loss: {f"{lr:g}": float(np.mean(v)) for lr, v in d.items()}
+                            for loss, d in res.lm_val_by_lr.items()}}
     if res.kl_half:
         out["kl_half_acc"] = float(np.mean(res.kl_half))
     out["lm_controls"] = {name: mean(d) for name, d in res.lm_controls.items()}
@@ -573,18 +581,15 @@ def summary_table(res: Results):
 
 
 def lm_lr_table(res: Results):
-    """Per LM loss and peak learning rate: mean validation and test accuracy over seeds (test over Bayes too)
-    and on how many seeds the rate was chosen (Markov only; under the paper preset a one-line note is printed
-    and nothing is returned)."""
+    """Per LM loss and peak learning rate: mean validation accuracy over seeds at :func:`select_step`, where the
+    rate is chosen, and on how many seeds it was chosen (Markov only; under the paper preset a one-line note is
+    printed and nothing is returned)."""
     import pandas as pd
 
-    rows = []
-    for loss, by_lr in res.lm_acc_by_lr.items():
-        for lr, accs in by_lr.items():
-            rows.append({"loss": loss, "peak lr": lr, "val acc": float(np.mean(res.lm_val_by_lr[loss][lr])),
-                         "test acc": float(np.mean(accs)),
-                         "test acc / Bayes": float(np.mean([a / b for a, b in zip(accs, res.bayes)])),
-                         "chosen on seeds": sum(r == lr for r in res.lm_lr.get(loss, []))})
+    step = select_step(res.params)
+    rows = [{"loss": loss, "peak lr": lr, f"val acc at step {step}": float(np.mean(vals)),
+             "chosen on seeds": sum(r == lr for r in res.lm_lr.get(loss, []))}
+            for loss, by_lr in res.lm_val_by_lr.items() for lr, vals in by_lr.items()]
     if not rows:  # the paper preset trains each loss at one rate, lm_lr
         print(f"No rate table: the paper preset trains every loss at one rate (lm_lr = {res.params.lm_lr:g}).")
         return None
