@@ -83,7 +83,7 @@ class Params(BaseParams):
     lm_eval_tokens: int = param(100_000, lo=100, hi=10**8, help="paper preset: held-out tokens evaluated, at most")
 
     PRESETS = {
-        # seeds 5 -> 3 when the rate grid doubled the LM's training (a CPU budget: ~300 CPU s per full seed)
+        # seeds 5 -> 3 for the CPU budget, when every rate of the grid still trained in full (before successive halving)
         "full": {"seeds": 3, "clf_losses": LOSS_NAMES, "clf_epochs": 60, "clf_hidden": 256,
                  "lm_losses": ("kl", "alpha1.5", "alpha2"), "lm_vocab": 64, "lm_steps": 1200,
                  "run_distill_sft": True},
