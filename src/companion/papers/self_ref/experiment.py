@@ -133,8 +133,9 @@ def sharp_condition(results: Results) -> str:
 
 # ---------------------------------------------------------------- claims
 def claim_values(results: Results) -> AtPreset:
-    """Per-seed values of every claim and control (``claims`` judges an ``every`` row on its worst seed), named
-    with the preset that measured them, so that each claim is judged against its bar at that preset."""
+    """Per-seed values of every claim and control (``route-vs-msp-seed-share``: 1 where the seed gains at least
+    one test item, else 0), named with the preset that measured them, so that each claim is judged against its
+    bar at that preset."""
     sh, pl = measures(results, sharp_condition(results)), measures(results, "plain")
     out: dict[str, Any] = {}
 
@@ -160,7 +161,7 @@ def claim_values(results: Results) -> AtPreset:
     for key in [k for k in out if k.split("@")[0] == "route-vs-msp"]:
         cid, at, ctrl = key.partition("@")
         items = (np.asarray(out[key]) * sh["n_test"].to_numpy()).round()  # test items gained, per seed
-        out[f"{cid}-every-seed{at}{ctrl}"] = items.tolist()
+        out[f"{cid}-seed-share{at}{ctrl}"] = (items >= 1).astype(float).tolist()
     out["answers-kept"] = (sh["acc_selfref"] - sh["acc_msp"]).tolist()
     return AtPreset(results.params.preset, out)
 
