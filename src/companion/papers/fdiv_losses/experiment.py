@@ -235,11 +235,10 @@ def lm_targets(source: MarkovSource, seqs: np.ndarray, soft: bool) -> torch.Tens
 class LMTrainer:
     """Trains (or fine-tunes) a tiny GPT-2 with an FY loss at peak rate ``lr`` on a schedule of ``steps`` AdamW
     steps, up to any step at a time (:meth:`advance`), so a run stopped to be judged on validation goes on with
-    the same bits as one never stopped. With
-    ``eval_seqs`` it records (accuracy, support / V) curves every ``curve_every`` steps and, with ``keep_mid``,
-    the evaluation after half the steps (the ``kl-half`` control of ``alpha15-lm``: the run's mid-schedule
-    checkpoint, its learning rate not annealed, so weaker than a model trained for half the steps on its own
-    schedule)."""
+    the same bits as one never stopped. With ``eval_seqs`` it records (accuracy, support / V) curves every
+    ``curve_every`` steps and, with ``keep_mid``, the evaluation after half the steps (the ``kl-half`` control of
+    ``alpha15-lm``: the run's mid-schedule checkpoint, its learning rate not annealed, so expected to be weaker
+    than a model trained for half the steps on its own schedule)."""
 
     def __init__(self, source: MarkovSource, loss: str, params: Params, seed: int, steps: int, q, *,
                  model: torch.nn.Module | None = None, layers: int | None = None, soft: bool = False,
