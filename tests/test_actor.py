@@ -160,6 +160,31 @@ def test_lm_loss_ignores_the_last_token_and_prompt_positions(small):
         assert lm_loss(model, changed, batch.labels[:8]) == lm_loss(model, batch.input_ids[:8], batch.labels[:8])
 
 
+def test_base_training_by_the_lean_pass_follows_the_full_forward(monkeypatch):
+    """The base model's steps, computed only at the response positions with shared openings, are the steps of
+    the full forward pass: same loss and gradients at the start, same losses over a few AdamW steps."""
+    import copy
+
+    from companion.models.gpt2_pass import next_token_loss
+
+    data = lang.seed_data(0, 60, 60, 60, 1.0, 4, 4, 10, 0.7)
+    model = toy.build(3, 32, 0)
+    batch = data.base
+    assert len(torch.unique(batch.input_ids[:, :toy.OPENING], dim=0)) < len(batch)  # openings really are shared
+    model.train()
+    lean = next_token_loss(model, batch.input_ids, batch.labels, lang.PROMPT_LEN - 1, toy.OPENING)
+    full = lm_loss(model, batch.input_ids, batch.labels)
+    torch.testing.assert_close(lean, full, rtol=0, atol=1e-6)
+    for a, b in zip(torch.autograd.grad(lean, list(model.parameters())),
+                    torch.autograd.grad(full, list(model.parameters()))):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    twin = copy.deepcopy(model)
+    lean_losses = toy.train_base(model, batch, 5, 32, 3e-3, np.random.default_rng(1))
+    monkeypatch.setattr(toy, "next_token_loss", lambda *args: None)
+    full_losses = toy.train_base(twin, batch, 5, 32, 3e-3, np.random.default_rng(1))
+    np.testing.assert_allclose(lean_losses, full_losses, rtol=1e-5)
+
+
 def test_trade_off_uses_the_named_pseudo_set_and_counts_ceiling_seeds():
     top = {"harmful": 1.0, "pseudo_id": 0.0, "pseudo_ood": 0.5, "pseudo_id_strong": 0.4, "benign": 0.0}
     assert paper.trade_off(top) == 1.0  # C.R. is the ID set's alone: the OOD set does not enter

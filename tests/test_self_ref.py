@@ -390,6 +390,7 @@ def test_label_logits_pass_equals_the_full_forward_and_its_loss_and_gradients(n_
     positions) is GPT-2's full forward pass: same logits, loss and gradients up to float rounding."""
     import copy
 
+    from companion.models.gpt2_pass import gpt2_label_logits
     from companion.papers.self_ref.confidence import IGNORE
 
     torch.manual_seed(0)
@@ -401,7 +402,8 @@ def test_label_logits_pass_equals_the_full_forward_and_its_loss_and_gradients(n_
     labels[::3, lm.PROMPT_LEN] = IGNORE  # UN examples: the wrong answer masked, only the confidence token learned
     full = model(input_ids=seq, use_cache=False).logits
     first = lm.PROMPT_LEN - 1
-    torch.testing.assert_close(lm.gpt2_label_logits(model, seq, first), full[:, first:-1], rtol=0, atol=1e-5)
+    torch.testing.assert_close(gpt2_label_logits(model, seq, first, lm.SHARED_PREFIX), full[:, first:-1], rtol=0,
+                               atol=1e-5)
 
     def reference(m):  # the loss over every position, as before
         return torch.nn.functional.cross_entropy(m(input_ids=seq, use_cache=False).logits[:, :-1].flatten(0, 1),

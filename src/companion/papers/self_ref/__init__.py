@@ -76,7 +76,7 @@ class Params(BaseParams):
         # conditions 8, SFT 4, sharpening 1.5 on one thread), and until issue 55 quick ran 10 seeds (212 s wall,
         # 405 CPU s in its seed-0 record, over the 150 CPU s budget). Decided from that cost, before any verdict.
         # Seed 0 on the Intel Xeon under the numerics profile, CPU s by stage, full training pass -> the lean one
-        # (lm.gpt2_label_logits): quick 29.1 -> 18.3 (base 10.4 -> 6.1, Self-REF 11.4 -> 7.1, SFT 4.8 -> 3.3,
+        # (models.gpt2_pass): quick 29.1 -> 18.3 (base 10.4 -> 6.1, Self-REF 11.4 -> 7.1, SFT 4.8 -> 3.3,
         # sharpening 1.8 -> 1.1); full 343.8 -> 212.4 (strong model 268.2 -> 161.6, base 28.8 -> 19.0, Self-REF
         # with the ablation 32.0 -> 20.2, SFT 9.1 -> 7.5, sharpening 4.7 -> 3.1). The stored full record took
         # 1200 CPU s and 612 s wall, still over the 600 s budget; the trims that would fit it (strong_steps, seeds)
