@@ -285,7 +285,8 @@ def test_every_seed_rows_are_judged_on_their_worst_seed() -> None:
 def test_no_jpeg_world_shares_the_fakes_and_drops_only_the_jpeg_of_the_reals() -> None:
     """The control world: same crops and fakes, reals only quantized (train, val, test, inpainted)."""
     params = sp.Params.resolve("quick", n_train=500, n_test=200, jpeg_q_test=(75,), inpaint_sizes=(16,))
-    sets, plain = sp.make_sets(params, np.random.default_rng(3))
+    sets, others = sp.make_sets(params, np.random.default_rng(3))
+    plain = others[sp.NO_JPEG]
     assert set(plain) == {"train_real", "val_real", "real_test", "inpaint16"}
     assert np.array_equal(plain["real_test"], sets["real_clean"])
     assert np.array_equal(plain["real_test"], pp.q8(plain["real_test"]))  # quantized, not compressed
@@ -297,6 +298,26 @@ def test_no_jpeg_world_shares_the_fakes_and_drops_only_the_jpeg_of_the_reals() -
     outside[8:24, 8:24] = False
     assert np.array_equal(plain["inpaint16"][:, outside], plain["real_test"][:, outside])
     assert np.array_equal(plain["inpaint16"][:, 8:24, 8:24], sets["inpaint16"][:, 8:24, 8:24])
+
+
+def test_trace_world_puts_a_fixed_block_trace_on_the_reals_and_the_test_adds_it_to_the_fakes() -> None:
+    """The camera trace: a function of the patch size only (its own fixed seed), zero-mean, unit s.d., constant on aligned 2x2 blocks, so the
+    nearest decoder's fakes stay blockwise constant with it; the trace world's reals are the plain reals plus it."""
+    params = sp.Params.resolve("quick", n_train=500, n_test=200, jpeg_q_test=(75,), inpaint_sizes=(16,))
+    trace = pp.camera_trace(32)
+    assert trace.mean() == pytest.approx(0.0, abs=1e-12) and trace.std() == pytest.approx(1.0)
+    assert np.array_equal(trace[0::2], trace[1::2]) and np.array_equal(trace[:, 0::2], trace[:, 1::2])
+    sets, others = sp.make_sets(params, np.random.default_rng(3))
+    plain, traced = others[sp.NO_JPEG], others[sp.TRACE]
+    assert set(traced) == set(plain)
+    assert np.array_equal(traced["real_test"], pp.add_trace(plain["real_test"], params.trace_sd))
+    assert np.array_equal(sets[sp.TRACE_FAKE], pp.add_trace(sets["clean"], params.trace_sd))
+    fake = sets[sp.TRACE_FAKE]
+    assert np.array_equal(fake[:, 0::2], fake[:, 1::2]) and np.array_equal(fake[:, :, 0::2], fake[:, :, 1::2])
+    shift = traced["real_test"] - plain["real_test"]  # the trace, up to clipping at 0 and 1 and 8-bit rounding
+    inside = (plain["real_test"] > 0.2) & (plain["real_test"] < 0.8)  # the trace stays within [0, 1] there
+    np.testing.assert_allclose(shift[inside], np.broadcast_to(params.trace_sd / 255 * trace, shift.shape)[inside],
+                               atol=0.51 / 255)
 
 
 def test_signed_parts_add_up_to_the_logit() -> None:
@@ -336,7 +357,33 @@ def test_controls_come_from_lp_and_from_the_no_jpeg_world() -> None:
     findings = [c for c in sp.CLAIMS if c.role == "finding"]
     assert findings and all(sp.NO_JPEG in c.controls for c in findings)
     assert {c.id for c in sp.CLAIMS if c.role == "check"} == {"clean-ap-cost", "clean-ap-cost-every",
-                                                            "base-neg-weights"}
+                                                            "base-neg-weights", "trace-fools-base"}
+
+
+def test_trace_rows_are_read_in_the_trace_world_and_controlled_by_lp_there_and_by_the_plain_world() -> None:
+    """trace-recall and trace-fools-base are judged on the trace world's heads; trace-recall's LP control is
+    LP in that world, its no-JPEG control the same metric on the no-JPEG world's heads; without the worlds
+    (the paper preset) all are NaN."""
+    def head(clean: float, traced: float) -> dict:
+        return {"tpr": {"jpeg75": 0.5, "clean": clean, sp.TRACE_FAKE: traced},
+                "ap": {"clean": 0.99, "inpaint16": 0.6}, "frac_neg": 0.4}
+
+    keys = {"jpeg": "jpeg75", "inpaint": "inpaint16", "small": "inpaint8"}
+    per_seed = [{"heads": {"base": head(1.0, 1.0), "lp": head(1.0, 1.0), "sp": head(1.0, 1.0)},
+                 "worlds": {sp.TRACE: {"base": head(1.0, 0.6 - 0.1 * i), "lp": head(1.0, 0.65),
+                                       "sp": head(1.0, 0.9)},
+                            sp.NO_JPEG: {"base": head(1.0, 0.95), "lp": head(1.0, 0.95), "sp": head(1.0, 0.97)}},
+                 "keys": keys} for i in range(3)]
+    values = sp.seed_claim_values(per_seed)
+    assert values["trace-fools-base"] == pytest.approx([0.4, 0.5, 0.6])
+    assert values["trace-recall"] == pytest.approx([0.3, 0.4, 0.5])
+    assert values["trace-recall@lp"] == pytest.approx([0.05, 0.15, 0.25])
+    assert values["trace-recall@no-jpeg"] == pytest.approx([0.02] * 3)
+    for s in per_seed:
+        del s["worlds"]
+    values = sp.seed_claim_values(per_seed)
+    assert all(np.isnan(values[k]).all() for k in ("trace-fools-base", "trace-recall", "trace-recall@lp",
+                                                   "trace-recall@no-jpeg"))
 
 
 # ----------------------------------------------------------------------------- paper preset (real detector)
@@ -450,5 +497,8 @@ def test_paper_preset_runs_through_the_cli(detector_files: tuple[Path, Path, dic
     assert m["heads"]["base"]["frac_neg"] > 0.2  # the random checkpoint's own fc has mixed signs
     assert set(m["ap_generator"]["Base"]) == {"genA", "genB"}
     # one backbone, one data set: the heads are trained once and every seed repeats that value
-    assert all(len(v) > 1 and np.allclose(v, v[0], equal_nan=True) for v in m["claims_per_seed"].values())
+    measured = {k: v for k, v in m["claims_per_seed"].items() if not k.startswith("trace-")}
+    assert all(len(v) > 1 and np.allclose(v, v[0], equal_nan=True) for v in measured.values())
+    # no trace world on real images: its rows are not measured (NaN, stored as null), never a stand-in value
+    assert m["claims_per_seed"]["trace-recall"] == [None] * len(m["claims_per_seed"]["trace-recall"])
     assert {c["id"] for c in res["claims"]} == {c.id for c in sp.CLAIMS}

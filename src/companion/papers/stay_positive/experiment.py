@@ -16,12 +16,15 @@ from torch import nn
 from tqdm import tqdm
 
 from companion import runtime
-from companion.papers.stay_positive import (BATCH, BOTH_Q, CLAIM_Q, CLAIMS, EVERY_SEED, FAKE, HEAD_BATCH, HEAD_NAMES,
-                                            HEADS, LR_STAGE1, N_VAL, NO_JPEG, PARTS_SETS, REAL, Params)
+from companion.papers.stay_positive import (BATCH, BOTH_Q, CLAIM_Q, CLAIM_WORLD, CLAIMS, EVERY_SEED, FAKE, HEAD_BATCH,
+                                            HEAD_NAMES, HEADS, LR_STAGE1, N_VAL, NO_JPEG, PARTS_SETS, REAL, TRACE,
+                                            TRACE_FAKE, Params)
 from companion.papers.stay_positive import photo_patches as pp
 
 
 # ----------------------------------------------------------------------------- data
+
+WORLD_NAMES = {NO_JPEG: "no-JPEG reals", TRACE: "camera-trace reals"}  # the worlds beside the JPEG one, as tables name them
 
 
 def generate(x: np.ndarray, params: Params) -> np.ndarray:
@@ -53,9 +56,10 @@ def set_keys(params: Params) -> dict[str, str]:
 
 
 
-def make_sets(params: Params, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Training pairs, validation reals and every test set, as ``(n, H, W, 3)`` float arrays; and the
-    sets that differ in the no-JPEG control world (the same crops and fakes, reals only quantized)."""
+def make_sets(params: Params, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, dict[str, np.ndarray]]]:
+    """Training pairs, validation reals and every test set, as ``(n, H, W, 3)`` float arrays; and, per other
+    world, the sets that differ there (the same crops and fakes): the no-JPEG world's reals are only
+    quantized, the trace world's carry the camera trace instead of JPEG."""
     imgs, size = pp.load_real_images(), params.patch
     q_lo, q_hi = params.jpeg_q_train
     crops = pp.make_patches(imgs, params.n_train, "train", rng, size)
@@ -70,11 +74,13 @@ def make_sets(params: Params, rng: np.random.Generator) -> tuple[dict[str, np.nd
     sets["clean"] = generate(test, params)
     for q in eval_qualities(params):
         sets[f"jpeg{q}"] = pp.jpeg_batch(sets["clean"], q)
+    sets[TRACE_FAKE] = pp.add_trace(sets["clean"], params.trace_sd)
     plain = {"train_real": pp.q8(crops), "val_real": pp.q8(val), "real_test": sets["real_clean"]}
+    traced = {k: pp.add_trace(v, params.trace_sd) for k, v in plain.items()}
     for s in eval_inpaint_sizes(params):
-        sets[f"inpaint{s}"] = pp.inpaint(sets["real_test"], sets["clean"], s)
-        plain[f"inpaint{s}"] = pp.inpaint(plain["real_test"], sets["clean"], s)
-    return sets, plain
+        for world in (sets, plain, traced):
+            world[f"inpaint{s}"] = pp.inpaint(world["real_test"], sets["clean"], s)
+    return sets, {NO_JPEG: plain, TRACE: traced}
 
 
 # ----------------------------------------------------------------------------- detector
@@ -226,7 +232,8 @@ def evaluate(heads: dict[str, tuple[np.ndarray, float]], feats: dict[str, np.nda
              params: Params) -> dict[str, dict[str, Any]]:
     """Per head: tau, recall and AP on every fake set, weight stats and the test logits."""
     fake_sets = ["clean"] + [f"jpeg{q}" for q in eval_qualities(params)]
-    fake_sets += [f"inpaint{s}" for s in eval_inpaint_sizes(params)]
+    fake_sets += [f"inpaint{s}" for s in eval_inpaint_sizes(params)] + [TRACE_FAKE]
+    fake_sets = [k for k in fake_sets if k in feats]  # the paper preset has no traced fakes
     out = {}
     for name, (w, b) in heads.items():
         logits = {k: v @ w + b for k, v in feats.items() if not k.startswith("train")}
@@ -241,7 +248,7 @@ def evaluate(heads: dict[str, tuple[np.ndarray, float]], feats: dict[str, np.nda
             "frac_neg": float(np.mean(w < 0)),
             # how far clean fakes sit above the reals in units of the reals' own spread (scale-free)
             "gap_over_sd": float((logits["clean"].mean() - logits["real_test"].mean()) / logits["real_test"].std()),
-            "parts": {k: dict(zip(("neg", "pos"), signed_parts(feats[k], w))) for k in PARTS_SETS},
+            "parts": {k: dict(zip(("neg", "pos"), signed_parts(feats[k], w))) for k in PARTS_SETS if k in feats},
             "logits": {k: logits[k] for k in ("real_test", "clean", f"jpeg{CLAIM_Q}",
                                               set_keys(params)["inpaint"]) if k in logits},
         }
@@ -290,16 +297,17 @@ def run_world(params: Params, sets: dict[str, np.ndarray], seed: int) -> tuple[d
 
 
 def run_seed(params: Params, seed: int, control: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """One seed: data, then each world (the JPEG world and, if ``control``, the no-JPEG world); CPU seconds."""
+    """One seed: data, then each world (the JPEG world and, if ``control``, the no-JPEG and trace worlds);
+    CPU seconds."""
     rng, _ = runtime.generators(seed)
     t0 = time.process_time()
-    sets, plain = make_sets(params, rng)
+    sets, others = make_sets(params, rng)
     seconds = {"data": time.process_time() - t0}
     heads, seconds_main = run_world(params, sets, seed)
     out = {"seed": seed, "heads": heads, "keys": set_keys(params), "worlds": {}}
-    if control:
-        out["worlds"][NO_JPEG], seconds_control = run_world(params, {**sets, **plain}, seed)
-        seconds_main = {k: v + seconds_control[k] for k, v in seconds_main.items()}
+    for world, changed in others.items() if control else ():
+        out["worlds"][world], seconds_world = run_world(params, {**sets, **changed}, seed)
+        seconds_main = {k: v + seconds_world[k] for k, v in seconds_main.items()}
     out["seconds"] = seconds | seconds_main
     return out, sets
 
@@ -312,7 +320,7 @@ def seed_job(params: Params, seed: int, keep_examples: bool, control: bool = Tru
     if not keep_examples:
         return out, {}, {}
     keys = set_keys(params)
-    examples = {k: sets[k][:4] for k in ("real_test", "clean", keys["jpeg"], keys["inpaint"], keys["small"])}
+    examples = {k: sets[k][:4] for k in ("real_test", "clean", keys["jpeg"], keys["inpaint"], keys["small"], TRACE_FAKE)}
     spectra = {k: log_spectrum(sets[k][:500]) for k in ("real_test", "clean")}
     return out, examples, spectra
 
@@ -402,30 +410,53 @@ def world_values(heads: list[dict[str, Any]], keys: dict[str, str]) -> dict[str,
         "inpaint16-ap": [x["sp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["sp"]["ap"]
                          else float("nan") for x in heads],
         "base-neg-weights": [x["base"]["frac_neg"] for x in heads],
+        "trace-fools-base": [_tpr(x["base"], "clean") - _tpr(x["base"], TRACE_FAKE) for x in heads],
+        "trace-recall": [_tpr(x["sp"], TRACE_FAKE) - _tpr(x["base"], TRACE_FAKE) for x in heads],
         "constraint-not-retrain": [x["sp"]["tpr"][jq] - x["lp"]["tpr"][jq] for x in heads],
     }
 
 
+def _tpr(head: dict[str, Any], key: str) -> float:
+    """A head's recall on one fake set, NaN where the set was not made (the paper preset's traced fakes)."""
+    return head["tpr"].get(key, float("nan"))
+
+
+def judged_world(per_seed: list[dict[str, Any]], world: str | None) -> list[dict[str, Any]] | None:
+    """Each seed's heads in ``world`` (None: the JPEG world), or None where that world was not run."""
+    if world is None:
+        return [s["heads"] for s in per_seed]
+    return [s["worlds"][world] for s in per_seed] if all(world in s.get("worlds", {}) for s in per_seed) else None
+
+
+def in_world(per_seed: list[dict[str, Any]], claim_id: str, world: str | None) -> list[float]:
+    """One claim's metric on every seed, read in ``world``; NaN on every seed where the world was not run."""
+    heads = judged_world(per_seed, world)
+    return world_values(heads, per_seed[0]["keys"])[claim_id] if heads else [float("nan")] * len(per_seed)
+
+
 def seed_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Each claim's metric on every seed (the JPEG world)."""
-    return world_values([s["heads"] for s in per_seed], per_seed[0]["keys"])
+    """Each claim's metric on every seed, in the world that judges it (``CLAIM_WORLD``; else the JPEG world)."""
+    return {c.id: in_world(per_seed, c.id, CLAIM_WORLD.get(c.id)) for c in CLAIMS if c.id not in EVERY_SEED}
 
 
 def control_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Each finding's control values per seed: LP in place of SP, and the no-JPEG world (NaN where not run)."""
+    """Each finding's control values per seed: LP in place of SP in the finding's own world, and the finding
+    read in the no-JPEG world (NaN where a world was not run: the paper preset has none, so its findings
+    cannot discriminate)."""
     keys = per_seed[0]["keys"]
     jq, inp = keys["jpeg"], keys["inpaint"]
-    h = [s["heads"] for s in per_seed]
-    out = {"jpeg75-recall@lp": [x["lp"]["tpr"][jq] - x["base"]["tpr"][jq] for x in h],
-           "inpaint16-ap@lp": [x["lp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["lp"]["ap"]
-                               else float("nan") for x in h]}
-    if all(NO_JPEG in s.get("worlds", {}) for s in per_seed):
-        plain = world_values([s["worlds"][NO_JPEG] for s in per_seed], keys)
-    else:  # the paper preset has no control world: its findings cannot discriminate
-        plain = {k: [float("nan")] * len(per_seed) for k in world_values(h, keys)}
+    lp = {"jpeg75-recall": lambda x: x["lp"]["tpr"][jq] - x["base"]["tpr"][jq],
+          "inpaint16-ap": lambda x: x["lp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["lp"]["ap"] else float("nan"),
+          "trace-recall": lambda x: _tpr(x["lp"], TRACE_FAKE) - _tpr(x["base"], TRACE_FAKE)}
+    out = {}
     for c in CLAIMS:
-        if NO_JPEG in c.controls and c.id not in EVERY_SEED:
-            out[c.control_key(NO_JPEG)] = plain[c.id]
+        if c.id in EVERY_SEED:
+            continue
+        if "lp" in c.controls:
+            heads = judged_world(per_seed, CLAIM_WORLD.get(c.id))
+            out[c.control_key("lp")] = [lp[c.id](x) for x in heads] if heads else [float("nan")] * len(per_seed)
+        if NO_JPEG in c.controls:
+            out[c.control_key(NO_JPEG)] = in_world(per_seed, c.id, NO_JPEG)
     return out
 
 
@@ -460,20 +491,21 @@ def world_heads(per_seed: list[dict[str, Any]], world: str | None = None) -> lis
 def parts_means(per_seed: list[dict[str, Any]], world: str | None = None) -> dict[str, dict[str, float]]:
     """Per head, mean over seeds of the logit's negative- and positive-weight parts on each set in PARTS_SETS."""
     heads = world_heads(per_seed, world)
-    return {name: {f"{sign}_{k}": float(np.mean([h[name]["parts"][k][sign] for h in heads]))
+    return {name: {f"{sign}_{k}": float(np.mean([h[name]["parts"].get(k, {}).get(sign, np.nan) for h in heads]))
                    for k in PARTS_SETS for sign in ("neg", "pos")} for name in HEADS}
 
 
 def parts_table(results: Results) -> pd.DataFrame:
     """The logit's negative-weight and positive-weight parts per world, head and set (mean over seeds)."""
-    worlds = {"JPEG reals": None} | {"no-JPEG reals": w for w in results.per_seed[0].get("worlds", {})}
+    worlds = {"JPEG reals": None} | {WORLD_NAMES[w]: w for w in results.per_seed[0].get("worlds", {})}
     rows = {}
     for label, world in worlds.items():
         for name, parts in parts_means(results.per_seed, world).items():
             for sign, word in (("neg", "negative-weight part"), ("pos", "positive-weight part")):
                 rows[(label, HEAD_NAMES[name], word)] = {k: parts[f"{sign}_{k}"] for k in PARTS_SETS}
     return pd.DataFrame(rows).T.rename(columns={"real_test": "real (test)", "clean": "clean fake",
-                                                f"jpeg{CLAIM_Q}": f"fake at JPEG-{CLAIM_Q}"}).round(2)
+                                                f"jpeg{CLAIM_Q}": f"fake at JPEG-{CLAIM_Q}",
+                                                TRACE_FAKE: "fake with the trace"}).round(2)
 
 
 def head_means(per_seed: list[dict[str, Any]], world: str | None = None) -> dict[str, dict[str, float]]:
@@ -488,7 +520,7 @@ def head_means(per_seed: list[dict[str, Any]], world: str | None = None) -> dict
                 f"tpr_{jq}": lambda r: r["tpr"][jq], f"ap_{jq}": lambda r: r["ap"][jq],
                 f"ap_{inp}": lambda r: r["ap"].get(inp, np.nan),
                 "ap_inpaint_small": lambda r: r["ap"].get(keys["small"], np.nan),
-                f"ap_both{BOTH_Q}": lambda r: r["ap"][f"both{BOTH_Q}"],
+                f"ap_both{BOTH_Q}": lambda r: r["ap"][f"both{BOTH_Q}"], "tpr_trace": lambda r: _tpr(r, TRACE_FAKE),
                 "fpr_real_test": lambda r: r["fpr_test"], "frac_neg": lambda r: r["frac_neg"],
                 "gap_over_sd": lambda r: r["gap_over_sd"]}
         out[name] = {k: float(np.mean([f(r) for r in rows])) for k, f in pick.items()}

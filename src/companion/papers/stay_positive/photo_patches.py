@@ -25,6 +25,7 @@ SKIMAGE_GREY = ("camera", "moon", "coins", "grass", "gravel", "brick")
 SKLEARN_IMAGES = ("china.jpg", "flower.jpg")
 TRAIN_FRACTION = 0.7
 TCONV_KERNEL_SEED = 20250211  # fixed: a generator's fingerprint must not change with the run seed
+CAMERA_TRACE_SEED = 20251205  # fixed: the camera's trace must not change with the run seed
 
 
 def image_names() -> tuple[str, ...]:
@@ -146,6 +147,24 @@ def generator_tconv(x: np.ndarray, eps: float) -> np.ndarray:
     k = torch.from_numpy(tconv_kernel(float(eps))).expand(3, 1, 4, 4)
     up = F.conv_transpose2d(low, k, stride=2, padding=1, groups=3)[:, :, 2:-2, 2:-2]
     return q8(up.permute(0, 2, 3, 1).numpy())
+
+
+@lru_cache(maxsize=4)
+def camera_trace(size: int) -> np.ndarray:
+    """A fixed zero-mean ``(size, size, 3)`` pattern of unit s.d., constant on aligned 2x2 blocks.
+
+    The trace world's "camera" adds it to every real patch. Being constant on the blocks the nearest decoder
+    copies, it leaves that decoder's fingerprint intact: a detector that never saw it on reals has no
+    reason to read it, one that did can learn it as evidence for real.
+    """
+    p = np.random.default_rng(CAMERA_TRACE_SEED).standard_normal((size // 2, size // 2, 3))
+    p = p.repeat(2, axis=0).repeat(2, axis=1)
+    return (p - p.mean()) / p.std()
+
+
+def add_trace(x: np.ndarray, sd_levels: float) -> np.ndarray:
+    """Every patch of ``(n, H, W, 3)`` plus the camera trace at ``sd_levels`` 8-bit levels of s.d., uint8 levels."""
+    return q8(x + sd_levels / 255.0 * camera_trace(x.shape[1]))
 
 
 def inpaint(real: np.ndarray, fake: np.ndarray, size: int) -> np.ndarray:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from companion.papers.stay_positive import CLAIM_Q, HEAD_NAMES, HEADS, PARTS_SETS
-from companion.papers.stay_positive.experiment import Results, eval_inpaint_sizes, eval_qualities, world_heads
+from companion.papers.stay_positive import CLAIM_Q, HEAD_NAMES, HEADS, PARTS_SETS, TRACE_FAKE
+from companion.papers.stay_positive.experiment import (WORLD_NAMES, Results, eval_inpaint_sizes, eval_qualities,
+                                                       world_heads)
 from companion.plotting import figure, mean_sd_line
 
 
@@ -14,7 +15,8 @@ def plot_examples(results: Results) -> Figure:
     """Example patches of each set, plus the mean log-spectrum of reals and fakes."""
     names = list(results.examples)
     fig, axes = figure(len(names) + 2, 1, width=1.7, height=1.9)
-    titles = {"real_test": "real (test)", "clean": "fake", f"jpeg{CLAIM_Q}": f"fake, JPEG-{CLAIM_Q}"}
+    titles = {"real_test": "real (test)", "clean": "fake", f"jpeg{CLAIM_Q}": f"fake, JPEG-{CLAIM_Q}",
+              TRACE_FAKE: "fake + camera trace"}
     titles.update({k: f"inpaint {k[len('inpaint'):]}px" for k in names if k.startswith("inpaint")})
     for ax, k in zip(axes, names):
         ax.imshow(np.clip(results.examples[k][0], 0, 1), interpolation="nearest")
@@ -48,15 +50,16 @@ def plot_recall_vs_quality(results: Results) -> Figure:
 def plot_logit_parts(results: Results) -> Figure:
     """Per world, head and set: mean negative-weight part (below 0) and positive-weight part (above 0) of the logit."""
     worlds = {"JPEG reals (main world)": None}
-    worlds |= {"no-JPEG reals (control world)": w for w in results.per_seed[0].get("worlds", {})}
+    worlds |= {WORLD_NAMES[w]: w for w in results.per_seed[0].get("worlds", {})}
     fig, axes = figure(len(worlds), 1, width=4.2, height=3.0)
-    labels = {"real_test": "real (test)", "clean": "clean fake", f"jpeg{CLAIM_Q}": f"fake JPEG-{CLAIM_Q}"}
+    labels = {"real_test": "real (test)", "clean": "clean fake", f"jpeg{CLAIM_Q}": f"fake JPEG-{CLAIM_Q}",
+              TRACE_FAKE: "fake + trace"}
     x = np.arange(len(PARTS_SETS))
     for ax, (title, world) in zip(axes, worlds.items()):
         heads = world_heads(results.per_seed, world)
         for i, name in enumerate(HEADS):
             for sign, hatch in (("neg", "//"), ("pos", "")):
-                vals = np.array([[h[name]["parts"][k][sign] for k in PARTS_SETS] for h in heads])
+                vals = np.array([[h[name]["parts"].get(k, {}).get(sign, np.nan) for k in PARTS_SETS] for h in heads])
                 ax.bar(x + (i - 1) * 0.27, vals.mean(axis=0), 0.25, yerr=vals.std(axis=0), hatch=hatch,
                        color=f"C{i}", alpha=0.8, label=HEAD_NAMES[name] if sign == "pos" else None)
         ax.axhline(0, color="k", lw=0.8)
