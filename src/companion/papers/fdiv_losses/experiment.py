@@ -322,6 +322,11 @@ def lm_setting(params: Params, seed: int) -> tuple[MarkovSource, np.ndarray, np.
     return source, test, val, q
 
 
+def curve_every(params: Params) -> int:
+    """Steps between the points of a language model's learning curve: a tenth of ``lm_steps``."""
+    return max(1, params.lm_steps // 10)
+
+
 def select_step(params: Params) -> int:
     """The step at which every rate's run is judged on validation (``lm_select_share`` of ``lm_steps``)."""
     return min(params.lm_steps, max(1, round(params.lm_select_share * params.lm_steps)))
@@ -335,7 +340,7 @@ def lm_job(params: Params, seed: int, loss: str) -> dict[str, Any]:
     (``SFT_STEPS``)."""
     source, test, val, q = lm_setting(params, seed)
     runs = [LMTrainer(source, loss, params, seed, params.lm_steps, q, lr=lr, eval_seqs=test,
-                      curve_every=max(1, params.lm_steps // 10), keep_mid=loss == "kl") for lr in params.lm_lrs]
+                      curve_every=curve_every(params), keep_mid=loss == "kl") for lr in params.lm_lrs]
     val_acc = [lm_eval(run.advance(select_step(params)), loss, source, val, q, params.bisect_iters)["acc"]
                for run in runs]
     best = runs[int(np.argmax(val_acc))]
@@ -418,7 +423,7 @@ def run(params: Params) -> Results:
     iters = list(range(2, 41, 2))
     res.convergence = convergence(params.seed)
     res.slopes = {name: error_slope(iters, res.convergence[name]) for name in SPARSE_FAMILIES}
-    every = max(1, params.lm_steps // 10)
+    every = curve_every(params)
     res.lm_curve_steps = list(range(every, params.lm_steps + 1, every))
     # the LM jobs first: the longest, so the pool's greedy order balances the two workers
     jobs = [] if paper else [("lm", params, seed, loss) for seed in seeds for loss in params.lm_losses]

@@ -153,13 +153,14 @@ def load(path: Path, init: str, seed: int, device: torch.device) -> torch.nn.Mod
 def run_corpus(params: Any, device: torch.device) -> dict[str, Any]:
     """Every loss in ``params.lm_losses`` on every seed: accuracy, support and curves on held-out tokens."""
     from companion.params import resolve_path
+    from companion.papers.fdiv_losses.experiment import curve_every  # here: experiment imports this module
     from transformers import AutoTokenizer
 
     path = resolve_path(params.model_path)
     tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     files = corpus_files(resolve_path(params.data_path))
     blocks = split_blocks(token_stream(tok, files), params.lm_seq_len, params.lm_eval_tokens)
-    every = max(1, params.lm_steps // 10)
+    every = curve_every(params)
     out: dict[str, Any] = {"acc": {}, "support": {}, "curve": {}, "support_curve": {}, "kl_support_alpha15": []}
     before = None
     for seed in params.seed_list():
