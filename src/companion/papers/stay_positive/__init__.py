@@ -73,7 +73,7 @@ class Params(BaseParams):
     epochs: int = param(4, lo=1, hi=30, help="stage-1 epochs")
     head_steps: int = param(400, lo=100, hi=5000, help="stage-2 optimizer steps")
     head_lr: float = param(1e-2, lo=1e-4, hi=5e-2, help="stage-2 Adam learning rate")
-    target_fpr: float = param(0.05, lo=0.01, hi=0.2, help="FPR on clean validation reals fixing tau")
+    target_fpr: float = param(0.05, lo=0.01, hi=0.2, help="FPR on validation reals fixing tau")
     inpaint_sizes: tuple[int, ...] = param((16, 8), lo=2, hi=510, help="side of the inpainted square")
     ablations: bool = param(False, help="also run the tconv and no-high-pass variants")
     model_path: str = param(local_default(SLUG, "detector.pth"),
@@ -117,7 +117,7 @@ class Params(BaseParams):
 
 CLAIMS = [
     Claim("jpeg75-recall",
-          "At a threshold fixed on clean reals (5% FPR), SP recalls more JPEG-75 fakes than Base "
+          "At a threshold fixed on validation reals (5% FPR), SP recalls more JPEG-75 fakes than Base "
           "(mean per-seed gain in TPR); controls: LP - Base (the constraint removed), and SP - Base in the "
           "no-JPEG world (the premise removed: reals carry no JPEG trace)",
           "qualitative: Corvi+/Rajan+ more robust to compression (Sec. 4; tables not quoted here)",

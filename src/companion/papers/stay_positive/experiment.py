@@ -219,7 +219,7 @@ def average_precision(neg: np.ndarray, pos: np.ndarray) -> float:
 
 
 def threshold_at_fpr(val_real: np.ndarray, fpr: float) -> float:
-    """tau: the (1 - fpr) quantile of the clean validation reals' logits."""
+    """tau: the (1 - fpr) quantile of the validation reals' logits."""
     return float(np.quantile(val_real, 1.0 - fpr))
 
 
@@ -321,6 +321,7 @@ def seed_job(params: Params, seed: int, keep_examples: bool, control: bool = Tru
         return out, {}, {}
     keys = set_keys(params)
     examples = {k: sets[k][:4] for k in ("real_test", "clean", keys["jpeg"], keys["inpaint"], keys["small"], TRACE_FAKE)}
+    examples["trace_real"] = pp.add_trace(sets["real_clean"][:4], params.trace_sd)  # a trace-world test real
     spectra = {k: log_spectrum(sets[k][:500]) for k in ("real_test", "clean")}
     return out, examples, spectra
 
@@ -521,6 +522,7 @@ def head_means(per_seed: list[dict[str, Any]], world: str | None = None) -> dict
                 f"ap_{inp}": lambda r: r["ap"].get(inp, np.nan),
                 "ap_inpaint_small": lambda r: r["ap"].get(keys["small"], np.nan),
                 f"ap_both{BOTH_Q}": lambda r: r["ap"][f"both{BOTH_Q}"], "tpr_trace": lambda r: _tpr(r, TRACE_FAKE),
+                "ap_trace": lambda r: r["ap"].get(TRACE_FAKE, np.nan),
                 "fpr_real_test": lambda r: r["fpr_test"], "frac_neg": lambda r: r["frac_neg"],
                 "gap_over_sd": lambda r: r["gap_over_sd"]}
         out[name] = {k: float(np.mean([f(r) for r in rows])) for k, f in pick.items()}

@@ -16,7 +16,7 @@ def plot_examples(results: Results) -> Figure:
     names = list(results.examples)
     fig, axes = figure(len(names) + 2, 1, width=1.7, height=1.9)
     titles = {"real_test": "real (test)", "clean": "fake", f"jpeg{CLAIM_Q}": f"fake, JPEG-{CLAIM_Q}",
-              TRACE_FAKE: "fake + camera trace"}
+              TRACE_FAKE: "fake + camera trace", "trace_real": "real + camera trace"}
     titles.update({k: f"inpaint {k[len('inpaint'):]}px" for k in names if k.startswith("inpaint")})
     for ax, k in zip(axes, names):
         ax.imshow(np.clip(results.examples[k][0], 0, 1), interpolation="nearest")
@@ -42,7 +42,7 @@ def plot_recall_vs_quality(results: Results) -> Figure:
         mean_sd_line(ax, x, runs, HEAD_NAMES[name])
         ax.axhline(np.mean([r[0] for r in runs]), ls="--", lw=0.8, color=ax.lines[-1].get_color())
     ax.set_xticks(x, ["clean"] + [str(q) for q in qs])
-    ax.set(xlabel="JPEG quality of the fakes", ylabel="TPR at tau (5% FPR on clean reals)")
+    ax.set(xlabel="JPEG quality of the fakes", ylabel="TPR at tau (5% FPR on validation reals)")
     ax.legend()
     return fig
 
