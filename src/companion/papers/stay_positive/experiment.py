@@ -422,17 +422,13 @@ def _tpr(head: dict[str, Any], key: str) -> float:
     return head["tpr"].get(key, float("nan"))
 
 
-def judged_world(per_seed: list[dict[str, Any]], world: str | None) -> list[dict[str, Any]] | None:
-    """Each seed's heads in ``world`` (None: the JPEG world), or None where that world was not run."""
-    if world is None:
-        return [s["heads"] for s in per_seed]
-    return [s["worlds"][world] for s in per_seed] if all(world in s.get("worlds", {}) for s in per_seed) else None
-
-
-def in_world(per_seed: list[dict[str, Any]], claim_id: str, world: str | None) -> list[float]:
-    """One claim's metric on every seed, read in ``world``; NaN on every seed where the world was not run."""
-    heads = judged_world(per_seed, world)
-    return world_values(heads, per_seed[0]["keys"])[claim_id] if heads else [float("nan")] * len(per_seed)
+def in_world(per_seed: list[dict[str, Any]], claim_id: str, world: str | None, head: str = "sp") -> list[float]:
+    """One claim's metric on every seed, read in ``world`` (None: the JPEG world) with ``head`` in SP's place
+    (``"lp"``: the constraint removed); NaN on every seed where the world was not run."""
+    if world is not None and not all(world in s.get("worlds", {}) for s in per_seed):
+        return [float("nan")] * len(per_seed)
+    heads = [{**h, "sp": h[head]} for h in world_heads(per_seed, world)]
+    return world_values(heads, per_seed[0]["keys"])[claim_id]
 
 
 def seed_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -444,18 +440,12 @@ def control_values(per_seed: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Each finding's control values per seed: LP in place of SP in the finding's own world, and the finding
     read in the no-JPEG world (NaN where a world was not run: the paper preset has none, so its findings
     cannot discriminate)."""
-    keys = per_seed[0]["keys"]
-    jq, inp = keys["jpeg"], keys["inpaint"]
-    lp = {"jpeg75-recall": lambda x: x["lp"]["tpr"][jq] - x["base"]["tpr"][jq],
-          "inpaint16-ap": lambda x: x["lp"]["ap"][inp] - x["base"]["ap"][inp] if inp in x["lp"]["ap"] else float("nan"),
-          "trace-recall": lambda x: _tpr(x["lp"], TRACE_FAKE) - _tpr(x["base"], TRACE_FAKE)}
     out = {}
     for c in CLAIMS:
         if c.id in EVERY_SEED:
             continue
         if "lp" in c.controls:
-            heads = judged_world(per_seed, CLAIM_WORLD.get(c.id))
-            out[c.control_key("lp")] = [lp[c.id](x) for x in heads] if heads else [float("nan")] * len(per_seed)
+            out[c.control_key("lp")] = in_world(per_seed, c.id, CLAIM_WORLD.get(c.id), head="lp")
         if NO_JPEG in c.controls:
             out[c.control_key(NO_JPEG)] = in_world(per_seed, c.id, NO_JPEG)
     return out
