@@ -77,3 +77,16 @@ def test_a_candidate_profile_is_checked_before_any_compute_and_named_in_the_repo
     assert fingerprint.profile_text({}) == "profile off"
     assert fingerprint.profile_text(dict(numerics.PROFILE)) == "profile on"
     assert fingerprint.profile_text({**numerics.PROFILE, "MKL_CBWR": "AVX2"}) == "profile on with MKL_CBWR=AVX2"
+
+
+def test_emulate_refuses_a_missing_emulator_and_an_unknown_cpu_before_any_compute(monkeypatch, capsys):
+    from companion import cli
+
+    monkeypatch.setattr(fingerprint, "machine", lambda *a, **k: pytest.fail("computed before refusing"))
+    monkeypatch.setattr(fingerprint, "emulated_models", lambda: [])
+    assert cli.main(["numerics", "--emulate", "EPYC-Rome"]) == 2
+    assert "--emulate needs qemu-x86_64 on PATH" in capsys.readouterr().err
+    monkeypatch.setattr(fingerprint, "emulated_models", lambda: ["Haswell", "EPYC-Rome", "EPYC-Milan"])
+    assert cli.main(["numerics", "--emulate", "EPYC-Bogus"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown CPU model 'EPYC-Bogus'" in err and "EPYC-Rome, EPYC-Milan" in err

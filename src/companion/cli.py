@@ -402,13 +402,25 @@ def cmd_numerics(args: argparse.Namespace) -> int:
 
     if args.threads < 1:
         raise ParamError(f"--threads: {args.threads}; allowed: an integer >= 1")
+    if args.emulate is not None:
+        models = fingerprint.emulated_models()
+        if not models:
+            raise ParamError(f"--emulate needs {fingerprint.QEMU} on PATH (Debian: apt-get install qemu-user)")
+        if args.emulate not in models:
+            amd = [m for m in models if m.startswith("EPYC")]
+            raise ParamError(f"--emulate: unknown CPU model {args.emulate!r}; allowed: a model of "
+                             f"`{fingerprint.QEMU} -cpu help`, e.g. {', '.join(amd[:4] or models[:4])}")
     os.environ.update(candidate_profile(args.candidate))  # no numerical library is loaded yet
     path = registry.project_root() / fingerprint.STORE
     here = fingerprint.machine(args.threads)
-    print(fingerprint.report(here, fingerprint.load(path)))
+    entries = [here] if args.emulate is None else [here, fingerprint.emulated(args.emulate, args.threads)]
+    others = [e for e in fingerprint.load(path) if not any(fingerprint.same_setting(e, f) for f in entries)]
+    print(fingerprint.report(entries[-1], others + entries[:-1]))
     if args.store:
-        fingerprint.store(here, path)
-        print(f"stored this machine's fingerprints in {path.relative_to(registry.project_root())}")
+        for entry in entries:
+            fingerprint.store(entry, path)
+        print(f"stored the fingerprints of {' and '.join(e['cpu'] for e in entries)} in "
+              f"{path.relative_to(registry.project_root())}")
     return EXIT_OK
 
 
@@ -443,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "the machines stored in data/numerics/ (cross-CPU reproducibility)")
     numerics_.add_argument("--store", action="store_true", help="add this machine's fingerprints to the store")
     numerics_.add_argument("--threads", type=int, default=2, help="torch threads (the records use 2)")
+    numerics_.add_argument("--emulate", metavar="CPU", help="also run the probes under QEMU as this CPU model "
+                           "(e.g. EPYC-Rome): a probe that differs depends on the CPU's vendor")
     numerics_.add_argument("--candidate", action="append", default=[], metavar="NAME=VALUE",
                            help="measure a candidate profile: this profile variable set to VALUE instead "
                                 "(repeatable; e.g. MKL_CBWR=AVX2); compared only with entries of the same profile")

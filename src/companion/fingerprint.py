@@ -12,12 +12,17 @@ those stored for other machines in ``data/numerics/fingerprints.json`` and names
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import platform
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -26,6 +31,10 @@ from companion import numerics
 STORE = Path("data") / "numerics" / "fingerprints.json"
 LIBRARIES = ("torch", "numpy", "scipy")
 Probe = Callable[[], Any]
+QEMU = "qemu-x86_64"
+# ATen kernels whose bits depend on how the CPU implements its approximate instructions (rsqrtps, rcpps):
+# MKL's vector math on its generic code path, found by emulation (``--emulate``). pow(x, 0.5) runs the sqrt kernel.
+VENDOR_DEPENDENT = frozenset({"sqrt", "acos", "asin", "atan", "log10", "_foreach_sqrt"})
 
 
 def _inputs(*shape: int, seed: int = 0) -> np.ndarray:
@@ -47,14 +56,16 @@ def _conv_grads() -> Any:
     return torch.cat([x.grad.ravel(), w.grad.ravel()])
 
 
-def _adam_steps() -> Any:
+def _adam_steps(fused: bool = False) -> Any:
     import torch
+
+    from companion.models import optim
 
     model = torch.nn.Linear(64, 32)
     with torch.no_grad():
         model.weight.copy_(_t(32, 64, seed=2))
         model.bias.zero_()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = (optim.Adam if fused else torch.optim.Adam)(model.parameters(), lr=1e-3)
     x = _t(128, 64, seed=3)
     for _ in range(5):
         opt.zero_grad()
@@ -88,6 +99,12 @@ def _torch_probes() -> dict[str, Probe]:
             _t(2, 4, 64, 32), _t(2, 4, 64, 32, seed=1), _t(2, 4, 64, 32, seed=2), is_causal=True),
         "torch.randn (CPU generator)": lambda: torch.randn(10_000, generator=torch.Generator().manual_seed(0)),
         "Adam, 5 steps": _adam_steps,
+        "Adam fused (models.optim), 5 steps": lambda: _adam_steps(fused=True),
+        "sqrt f32, f64 (MKL VML vsSqrt)": lambda: torch.cat([torch.sqrt(_t(100_000).abs()).double(),
+                                                             torch.sqrt(_t(100_000, seed=1).abs().double())]),
+        "acos, asin, atan, log10 (MKL VML)": lambda: torch.cat([
+            torch.acos(_t(100_000).clamp(-0.99, 0.99)), torch.asin(_t(100_000).clamp(-0.99, 0.99)),
+            torch.atan(_t(100_000)), torch.log10(_t(100_000).abs() + 1e-3)]),
         "torch.linalg.eigh 64 (MKL LAPACK)": lambda: torch.linalg.eigvalsh(_sym(64)),
     }
 
@@ -143,10 +160,14 @@ def load(path: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["machines"] if path.exists() else []
 
 
+def same_setting(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two entries are of the same CPU, profile, thread count and library versions."""
+    return all(a[k] == b[k] for k in ("cpu", "profile", "threads", "versions"))
+
+
 def store(entry: dict[str, Any], path: Path) -> None:
     """Add (or replace) ``entry`` for its CPU, profile, threads and versions in the store at ``path``."""
-    same = ("cpu", "profile", "threads", "versions")
-    kept = [m for m in load(path) if any(m[k] != entry[k] for k in same)]
+    kept = [m for m in load(path) if not same_setting(m, entry)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"machines": [*kept, entry]}, indent=1, sort_keys=True) + "\n")
 
@@ -183,3 +204,42 @@ def report(here: dict[str, Any], stored: list[dict[str, Any]]) -> str:
     if not stored:
         lines.append("- no machine stored yet (companion numerics --store)")
     return "\n".join(lines)
+
+
+@contextmanager
+def vendor_dependent_calls() -> Iterator[collections.Counter[str]]:
+    """Inside: count the calls of :data:`VENDOR_DEPENDENT` kernels (and pow to 0.5), forward and backward."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: collections.Counter[str] = collections.Counter()
+
+    class _Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = func.__name__.split(".")[0].rstrip("_")
+            half = name == "pow" and len(args) > 1 and isinstance(args[1], (int, float)) and args[1] == 0.5
+            if name in VENDOR_DEPENDENT or half:
+                seen[str(func)] += 1
+            return func(*args, **(kwargs or {}))
+
+    with _Count():
+        yield seen
+
+
+def emulated_models() -> list[str]:
+    """The CPU models this machine's QEMU user-mode emulator offers (empty when it is not installed)."""
+    if shutil.which(QEMU) is None:
+        return []
+    listing = subprocess.run([QEMU, "-cpu", "help"], capture_output=True, text=True).stdout  # exits 1 after listing
+    return [line.split()[1] for line in listing.splitlines() if line.startswith("x86 ")]
+
+
+def emulated(model: str, threads: int = 2) -> dict[str, Any]:
+    """The fingerprint entry of this machine's Python run under QEMU as CPU ``model``, in this environment.
+
+    QEMU computes IEEE arithmetic exactly like any x86-64 CPU, and the approximate instructions (rsqrtps,
+    rcpps) in its own way, as each vendor does; a probe that differs under it depends on the CPU's vendor."""
+    script = ("import json; from companion import numerics; numerics.apply(); from companion import fingerprint; "
+              f"print(json.dumps(fingerprint.machine({threads})))")
+    run = subprocess.run([QEMU, "-cpu", model, sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True)
+    return {**json.loads(run.stdout), "cpu": f"QEMU {model} (emulated on {numerics.cpu_model()})"}

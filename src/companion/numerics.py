@@ -3,6 +3,16 @@ machine with AVX2, whatever its vendor or its wider vector units. That is the ai
 paper: re-run on an Intel Xeon, records stored on an AMD EPYC under this profile reproduce bit for bit for
 some papers and not for others (the README gives which).
 
+What no variable here can pin (found by emulation, ``companion numerics --emulate EPYC-Rome``): MKL's
+vector math (``vsSqrt``, ``vsAcos``, ``vsAsin``, ``vsAtan``, ``vsLog10``), which ATen's ``sqrt``,
+``acos``, ``asin``, ``atan`` and ``log10`` call, refines the CPU's approximate reciprocal (``rsqrtps``,
+``rcpps``) on its generic code path, and each vendor implements those instructions with other bits. MKL
+takes that path on every AMD CPU whatever ``MKL_CBWR`` says, and on an Intel CPU under ``COMPATIBLE``.
+torch's default Adam takes its square roots there, so the same seed trains another network on another
+vendor's CPU. Code that must reproduce across vendors avoids these kernels: ``companion.models.optim``
+(Adam and AdamW through torch's fused kernel, whose square root is the IEEE one), ``cdist`` without its
+matrix-product path; ``fingerprint.vendor_dependent_calls`` counts what a run still calls.
+
 Small models amplify the last bit of a matrix product into a different training trajectory, so a
 record stored on an Intel machine with AVX-512 did not reproduce on an AMD EPYC with AVX2 (same seed,
 same versions: fr-geometry's ``aug-energy-up`` per-seed values 0.247/0.265/0.361 there against

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from companion.models import optim
 from companion.papers.fr_geometry import faces
 
 
@@ -36,7 +37,8 @@ class FaceCNN(nn.Module):
 
 def batch_hard_triplet(emb: torch.Tensor, labels: torch.Tensor, margin: float) -> torch.Tensor:
     """Mean over anchors of relu(max positive distance - min negative distance + margin) (Euclidean)."""
-    d = torch.cdist(emb, emb).clamp_min(0)
+    # Not cdist's matrix-product path: its square root goes through MKL's vendor-dependent vsSqrt (models.optim).
+    d = torch.cdist(emb, emb, compute_mode="donot_use_mm_for_euclid_dist")
     same = labels[:, None] == labels[None, :]
     eye = torch.eye(len(labels), dtype=torch.bool, device=emb.device)
     pos = torch.where(same & ~eye, d, torch.zeros_like(d)).max(1).values
@@ -74,7 +76,7 @@ def train(model: nn.Module, ids: dict[str, np.ndarray], cfg: TrainConfig, rng: n
           device: torch.device | str = "cpu") -> list[float]:
     """Adam on the batch-hard triplet loss; each batch: P identities x K fresh renders. Returns the losses."""
     n_ids = len(ids["face_w"])
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = optim.Adam(model.parameters(), lr=cfg.lr)
     model.train()
     losses = []
     for _ in range(cfg.steps):

@@ -1,0 +1,92 @@
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from companion import fingerprint, numerics
+from companion.models import optim
+
+
+def _trained(optimizer: type[torch.optim.Optimizer], steps: int = 5) -> torch.Tensor:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    opt = optimizer(model.parameters(), lr=1e-2, weight_decay=1e-3)
+    x, y = torch.randn(64, 16, generator=torch.Generator().manual_seed(1)), torch.arange(64) % 4
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return torch.cat([p.detach().ravel() for p in model.parameters()])
+
+
+@pytest.mark.parametrize("ours, theirs", [(optim.Adam, torch.optim.Adam), (optim.AdamW, torch.optim.AdamW)])
+def test_the_fused_optimizers_are_torchs_own_algorithm(ours, theirs):
+    """Same updates as torch's default (foreach) kernel to float rounding, through the fused kernel."""
+    assert ours(torch.nn.Linear(2, 2).parameters(), lr=1e-3).defaults["fused"] is True
+    torch.testing.assert_close(_trained(ours), _trained(theirs), rtol=1e-5, atol=1e-6)
+    assert not torch.equal(_trained(theirs), _trained(theirs, steps=4))
+
+
+def test_the_audit_counts_the_vendor_dependent_kernels_forward_and_backward():
+    x = torch.rand(50, requires_grad=True) + 0.1
+    with fingerprint.vendor_dependent_calls() as seen:
+        (torch.sqrt(x).sum() + x.pow(0.5).sum() + x.pow(2).sum() + torch.atan(x).sum()).backward()
+    assert seen["aten.sqrt.default"] >= 1 and seen["aten.pow.Tensor_Scalar"] == 1 and seen["aten.atan.default"] == 1
+    with fingerprint.vendor_dependent_calls() as seen:
+        _trained(torch.optim.Adam)
+    assert sum(seen.values()) > 0, "torch's default Adam takes its square roots through MKL's vsSqrt"
+    with fingerprint.vendor_dependent_calls() as seen:
+        _trained(optim.Adam)
+        _trained(optim.AdamW)
+    assert not seen
+
+
+def test_fr_geometry_and_ood_dcc_train_without_a_vendor_dependent_kernel():
+    from companion.papers import ood_dcc
+    from companion.papers.fr_geometry import embedder, faces
+    from companion.papers.ood_dcc import experiment as ood
+
+    rng = np.random.default_rng(0)
+    ids = faces.sample_identities(16, rng)
+    cfg = embedder.TrainConfig(2, 1e-3, 14, 2, 0.2, faces.BASE_RANGES, 16)  # 28 rows: cdist's matrix-product path
+    with fingerprint.vendor_dependent_calls() as seen:
+        embedder.train(embedder.FaceCNN(8, 16), ids, cfg, rng)
+        ood.digits_bank(dataclasses.replace(ood_dcc.Params(), epochs=10), 0)
+    assert not seen, dict(seen)
+
+
+TRAIN = """
+import json, sys, torch
+from companion import numerics; numerics.apply()
+from companion import fingerprint
+from companion.models import optim
+torch.set_num_threads(2)
+def run(cls):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 10))
+    opt = cls(m.parameters(), lr=1e-3)
+    x, y = fingerprint._t(256, 32), torch.arange(256) % 10
+    for _ in range(100):
+        opt.zero_grad(); torch.nn.functional.cross_entropy(m(x), y).backward(); opt.step()
+    return fingerprint.digest(torch.cat([p.detach().ravel() for p in m.parameters()]))
+print(json.dumps([run(torch.optim.Adam), run(optim.Adam)]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(fingerprint.QEMU) is None or not numerics.applies(),
+                    reason="needs qemu-x86_64 (Debian: apt-get install qemu-user) on x86-64")
+def test_a_training_gives_the_same_bits_on_an_emulated_amd_cpu_only_with_the_fused_adam():
+    """QEMU as an AMD EPYC computes rsqrtps in its own way, as a vendor does: torch's default Adam trains other
+    bits there than here, the fused one the same bits."""
+    here = json.loads(subprocess.run([sys.executable, "-c", TRAIN], capture_output=True, text=True,
+                                     check=True).stdout)
+    there = json.loads(subprocess.run([fingerprint.QEMU, "-cpu", "EPYC-Rome", sys.executable, "-c", TRAIN],
+                                      capture_output=True, text=True, check=True).stdout)
+    assert here[0] != there[0]
+    assert here[1] == there[1]
