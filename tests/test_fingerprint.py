@@ -90,3 +90,26 @@ def test_emulate_refuses_a_missing_emulator_and_an_unknown_cpu_before_any_comput
     assert cli.main(["numerics", "--emulate", "EPYC-Bogus"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown CPU model 'EPYC-Bogus'" in err and "EPYC-Rome, EPYC-Milan" in err
+
+
+def test_audit_names_the_vendor_dependent_kernels_a_paper_calls(monkeypatch, capsys):
+    import types
+
+    import torch
+
+    from companion import cli
+
+    monkeypatch.setenv("COMPANION_THREADS", "2")
+
+    def paper(run):
+        params = types.SimpleNamespace(resolve=lambda preset: preset)
+        module = types.SimpleNamespace(Params=params, run=run, check=lambda results: results)
+        return types.SimpleNamespace(slug="fake", module=lambda: module)
+
+    assert cli.audit(paper(lambda preset: torch.sqrt(torch.ones(3)) + torch.atan(torch.ones(3)))) == 1
+    out = capsys.readouterr().out
+    assert "fake (quick): calls kernels" in out and "aten.sqrt.default x1" in out and "aten.atan.default x1" in out
+    assert cli.audit(paper(lambda preset: torch.ones(3).pow(2).sum())) == 0
+    assert "calls no kernel" in capsys.readouterr().out
+    assert cli.main(["numerics", "--audit", "no-such-paper"]) == 2
+    assert "unknown paper 'no-such-paper'" in capsys.readouterr().err

@@ -402,6 +402,8 @@ def cmd_numerics(args: argparse.Namespace) -> int:
 
     if args.threads < 1:
         raise ParamError(f"--threads: {args.threads}; allowed: an integer >= 1")
+    if args.audit is not None:
+        return audit(registry.get(args.audit))
     if args.emulate is not None:
         models = fingerprint.emulated_models()
         if not models:
@@ -422,6 +424,23 @@ def cmd_numerics(args: argparse.Namespace) -> int:
         print(f"stored the fingerprints of {' and '.join(e['cpu'] for e in entries)} in "
               f"{path.relative_to(registry.project_root())}")
     return EXIT_OK
+
+
+def audit(paper: registry.Paper) -> int:
+    """Run ``paper``'s quick preset here and name the vendor-dependent kernels it calls (exit 1 if any)."""
+    from companion import fingerprint
+
+    os.environ["COMPANION_THREADS"] = "1"  # its seeds run inline, in this process, where the audit sees them
+    module = paper.module()
+    params = module.Params.resolve("quick")
+    with fingerprint.vendor_dependent_calls() as seen:
+        module.check(module.run(params))
+    if not seen:
+        print(f"{paper.slug} (quick): calls no kernel whose bits depend on the CPU's vendor")
+        return EXIT_OK
+    calls = ", ".join(f"{name} x{n}" for name, n in seen.most_common())
+    print(f"{paper.slug} (quick): calls kernels whose bits depend on the CPU's vendor: {calls}")
+    return EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -455,6 +474,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "the machines stored in data/numerics/ (cross-CPU reproducibility)")
     numerics_.add_argument("--store", action="store_true", help="add this machine's fingerprints to the store")
     numerics_.add_argument("--threads", type=int, default=2, help="torch threads (the records use 2)")
+    numerics_.add_argument("--audit", metavar="SLUG", help="run a paper's quick preset here and name the kernels "
+                           "it calls whose bits depend on the CPU's vendor (exit 1 if any)")
     numerics_.add_argument("--emulate", metavar="CPU", help="also run the probes under QEMU as this CPU model "
                            "(e.g. EPYC-Rome): a probe that differs depends on the CPU's vendor")
     numerics_.add_argument("--candidate", action="append", default=[], metavar="NAME=VALUE",
