@@ -229,8 +229,10 @@ def emulated_models() -> list[str]:
     """The CPU models this machine's QEMU user-mode emulator offers (empty when it is not installed)."""
     if shutil.which(QEMU) is None:
         return []
-    listing = subprocess.run([QEMU, "-cpu", "help"], capture_output=True, text=True).stdout  # exits 1 after listing
-    return [line.split()[1] for line in listing.splitlines() if line.startswith("x86 ")]
+    listing = subprocess.run([QEMU, "-cpu", "help"], capture_output=True, text=True).stdout
+    models = listing.split("\n\n")[0].splitlines()  # then come the CPUID flags
+    # QEMU 7 writes "x86 NAME  description", QEMU 10 "  NAME  description" under a heading
+    return [line.split()[line.startswith("x86 ")] for line in models if line.startswith(("x86 ", "  "))]
 
 
 def emulated(model: str, threads: int = 2) -> dict[str, Any]:
@@ -242,4 +244,5 @@ def emulated(model: str, threads: int = 2) -> dict[str, Any]:
               f"print(json.dumps(fingerprint.machine({threads})))")
     run = subprocess.run([QEMU, "-cpu", model, sys.executable, "-c", script], capture_output=True, text=True,
                          check=True)
-    return {**json.loads(run.stdout), "cpu": f"QEMU {model} (emulated on {numerics.cpu_model()})"}
+    version = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout.split()[2]
+    return {**json.loads(run.stdout), "cpu": f"QEMU {version} as {model} (emulated on {numerics.cpu_model()})"}
