@@ -46,10 +46,11 @@ def test_the_audit_counts_the_vendor_dependent_kernels_forward_and_backward():
     assert not seen
 
 
-def test_fr_geometry_and_ood_dcc_train_without_a_vendor_dependent_kernel():
-    from companion.papers import ood_dcc
+def test_fr_geometry_ood_dcc_and_suitability_filter_train_without_a_vendor_dependent_kernel():
+    from companion.papers import ood_dcc, suitability_filter
     from companion.papers.fr_geometry import embedder, faces
     from companion.papers.ood_dcc import experiment as ood
+    from companion.papers.suitability_filter import experiment as suitability
 
     rng = np.random.default_rng(0)
     ids = faces.sample_identities(16, rng)
@@ -57,6 +58,8 @@ def test_fr_geometry_and_ood_dcc_train_without_a_vendor_dependent_kernel():
     with fingerprint.vendor_dependent_calls() as seen:
         embedder.train(embedder.FaceCNN(8, 16), ids, cfg, rng)
         ood.digits_bank(dataclasses.replace(ood_dcc.Params(), epochs=10), 0)
+        suitability.train_model(dataclasses.replace(suitability_filter.Params(), n_train=500, epochs=1),
+                                np.random.default_rng(0), torch.Generator().manual_seed(0))
     assert not seen, dict(seen)
 
 
