@@ -113,3 +113,22 @@ def test_audit_names_the_vendor_dependent_kernels_a_paper_calls(monkeypatch, cap
     assert "calls no kernel" in capsys.readouterr().out
     assert cli.main(["numerics", "--audit", "no-such-paper"]) == 2
     assert "unknown paper 'no-such-paper'" in capsys.readouterr().err
+
+
+def test_claim_numbers_and_their_comparison_cover_every_value_of_a_claim_and_its_controls():
+    claims = [{"id": "a", "statement": "s", "value": 0.5, "interval": [0.1, 0.9], "threshold": 0.2, "verdict": "HOLDS",
+               "per_seed": [0.4, float("nan")], "controls": [{"name": "c", "value": 0.1, "per_seed": [0.1, 0.2]}]}]
+    numbers = fingerprint.claim_numbers(claims)
+    assert set(numbers) == {"a.value", "a.interval[0]", "a.interval[1]", "a.per_seed[0]", "a.per_seed[1]",
+                            "a.controls[0].value", "a.controls[0].per_seed[0]", "a.controls[0].per_seed[1]"}
+    assert fingerprint.unequal(numbers, dict(numbers)) == []
+    moved = {**numbers, "a.controls[0].per_seed[1]": np.nextafter(0.2, 1)}
+    assert fingerprint.unequal(moved, numbers) == ["a.controls[0].per_seed[1]"]
+    assert fingerprint.unequal({k: v for k, v in numbers.items() if k != "a.value"}, numbers) == ["a.value"]
+
+
+def test_reproduce_needs_an_emulated_cpu(capsys):
+    from companion import cli
+
+    assert cli.main(["numerics", "--reproduce", "ood-dcc"]) == 2
+    assert "--reproduce needs --emulate CPU" in capsys.readouterr().err

@@ -404,6 +404,8 @@ def cmd_numerics(args: argparse.Namespace) -> int:
         raise ParamError(f"--threads: {args.threads}; allowed: an integer >= 1")
     if args.audit is not None:
         return audit(registry.get(args.audit))
+    if args.reproduce is not None and args.emulate is None:
+        raise ParamError("--reproduce needs --emulate CPU (the CPU to reproduce the record on)")
     if args.emulate is not None:
         models = fingerprint.emulated_models()
         if not models:
@@ -412,6 +414,8 @@ def cmd_numerics(args: argparse.Namespace) -> int:
             amd = [m for m in models if m.startswith("EPYC")]
             raise ParamError(f"--emulate: unknown CPU model {args.emulate!r}; allowed: a model of "
                              f"`{fingerprint.QEMU} -cpu help`, e.g. {', '.join(amd[:4] or models[:4])}")
+    if args.reproduce is not None:
+        return reproduce(registry.get(args.reproduce), args.emulate)
     os.environ.update(candidate_profile(args.candidate))  # no numerical library is loaded yet
     path = registry.project_root() / fingerprint.STORE
     here = fingerprint.machine(args.threads)
@@ -440,6 +444,26 @@ def audit(paper: registry.Paper) -> int:
         return EXIT_OK
     calls = ", ".join(f"{name} x{n}" for name, n in seen.most_common())
     print(f"{paper.slug} (quick): calls kernels whose bits depend on the CPU's vendor: {calls}")
+    return EXIT_FAILED
+
+
+def reproduce(paper: registry.Paper, model: str) -> int:
+    """Re-run ``paper``'s stored quick record at seed 0 under QEMU as ``model``; exit 1 unless every number equals."""
+    from companion import fingerprint
+
+    path = registry.project_root() / "data" / "results" / paper.slug / "quick-seed0.json"
+    if not path.exists():
+        raise ParamError(f"--reproduce: {paper.slug} has no stored quick record at seed 0 ({path})")
+    record = json.loads(path.read_text())
+    got = fingerprint.claim_numbers(fingerprint.emulated_claims(
+        paper.module_name, "quick", 0, int(record["provenance"]["threads"]), model))
+    stored = fingerprint.claim_numbers(record["claims"])
+    differ = fingerprint.unequal(got, stored)
+    where = f"{paper.slug} (quick, seed 0) under {fingerprint.QEMU} as {model}"
+    if not differ:
+        print(f"{where}: all {len(stored)} numbers of the stored record's claims reproduced bit for bit")
+        return EXIT_OK
+    print(f"{where}: {len(differ)} of {len(stored)} numbers differ from the stored record: {', '.join(differ[:8])}")
     return EXIT_FAILED
 
 
@@ -476,6 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     numerics_.add_argument("--threads", type=int, default=2, help="torch threads (the records use 2)")
     numerics_.add_argument("--audit", metavar="SLUG", help="run a paper's quick preset here and name the kernels "
                            "it calls whose bits depend on the CPU's vendor (exit 1 if any)")
+    numerics_.add_argument("--reproduce", metavar="SLUG", help="with --emulate: re-run the paper's stored quick "
+                           "record at seed 0 under the emulated CPU and compare every claim number (slow: QEMU)")
     numerics_.add_argument("--emulate", metavar="CPU", help="also run the probes under QEMU as this CPU model "
                            "(e.g. EPYC-Rome): a probe that differs depends on the CPU's vendor")
     numerics_.add_argument("--candidate", action="append", default=[], metavar="NAME=VALUE",

@@ -246,3 +246,59 @@ def emulated(model: str, threads: int = 2) -> dict[str, Any]:
                          check=True)
     version = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout.split()[2]
     return {**json.loads(run.stdout), "cpu": f"QEMU {version} as {model} (emulated on {numerics.cpu_model()})"}
+
+
+# Run under QEMU: a paper's preset in this process as its notebook runs it, the seed pool's workers under QEMU too.
+_REPRODUCE = """
+import importlib, json, multiprocessing.spawn, os, sys
+from companion import claims, numerics
+numerics.apply()
+multiprocessing.spawn.set_executable(os.environ["COMPANION_EMULATED_PYTHON"])
+paper = importlib.import_module(sys.argv[1])
+params = paper.Params.resolve(sys.argv[2], seed=int(sys.argv[3]))
+verdicts = paper.check(paper.run(params))
+print(json.dumps([claims._jsonable(v.to_dict()) for v in verdicts]))
+"""
+
+
+def emulated_claims(module: str, preset: str, seed: int, threads: int, model: str) -> list[dict[str, Any]]:
+    """The claims of paper ``module``'s ``preset`` at ``seed`` computed under QEMU as CPU ``model``."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wrapper = Path(tmp) / "python"
+        wrapper.write_text(f'#!/bin/sh\nexec {QEMU} -cpu {model} {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+        env = {**os.environ, "COMPANION_EMULATED_PYTHON": str(wrapper),
+               **{name: str(threads) for name in ("COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                  "OPENBLAS_NUM_THREADS")}}
+        run = subprocess.run([str(wrapper), "-c", _REPRODUCE, module, preset, str(seed)], capture_output=True,
+                             text=True, env=env)
+    if run.returncode:
+        raise RuntimeError(f"the emulated run failed ({run.returncode}): {run.stderr.strip()[-2000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def claim_numbers(claims: list[dict[str, Any]]) -> dict[str, float]:
+    """Every number the claims carry (value, interval, per-seed values, the controls' too), by its place."""
+    skip = {"statement", "paper_value", "verdict", "discriminates", "role", "kind", "direction", "threshold"}
+
+    def walk(x: Any, path: str) -> Iterator[tuple[str, float]]:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                if k not in skip:
+                    yield from walk(v, f"{path}.{k}")
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                yield from walk(v, f"{path}[{i}]")
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            yield path, float(x)
+
+    return dict(pair for c in claims for pair in walk(c, c["id"]))
+
+
+def unequal(got: dict[str, float], stored: dict[str, float]) -> list[str]:
+    """The places whose numbers are not bit-equal (NaN equals NaN), or are missing on either side."""
+    same = lambda a, b: a == b or (a != a and b != b)  # noqa: E731
+    return sorted(k for k in set(got) | set(stored) if k not in got or k not in stored or not same(got[k], stored[k]))
