@@ -83,7 +83,7 @@ print(json.dumps([run(torch.optim.Adam), run(optim.Adam)]))
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which(fingerprint.QEMU) is None or not numerics.applies(),
-                    reason="needs qemu-x86_64 (Debian: apt-get install qemu-user) on x86-64")
+                    reason="needs qemu-x86_64 (QEMU 10; Debian: apt-get install -t bookworm-backports qemu-user)")
 def test_a_training_gives_the_same_bits_on_an_emulated_amd_cpu_only_with_the_fused_adam():
     """QEMU as an AMD EPYC computes rsqrtps in its own way, as a vendor does: torch's default Adam trains other
     bits there than here, the fused one the same bits."""

@@ -409,7 +409,8 @@ def cmd_numerics(args: argparse.Namespace) -> int:
     if args.emulate is not None:
         models = fingerprint.emulated_models()
         if not models:
-            raise ParamError(f"--emulate needs {fingerprint.QEMU} on PATH (Debian: apt-get install qemu-user)")
+            raise ParamError(f"--emulate needs {fingerprint.QEMU} on PATH (QEMU 10; Debian: apt-get install -t "
+                             "bookworm-backports qemu-user)")
         if args.emulate not in models:
             amd = [m for m in models if m.startswith("EPYC")]
             raise ParamError(f"--emulate: unknown CPU model {args.emulate!r}; allowed: a model of "
