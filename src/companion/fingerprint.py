@@ -15,10 +15,12 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -263,9 +265,6 @@ print(json.dumps([claims._jsonable(v.to_dict()) for v in verdicts]))
 
 def emulated_claims(module: str, preset: str, seed: int, threads: int, model: str) -> list[dict[str, Any]]:
     """The claims of paper ``module``'s ``preset`` at ``seed`` computed under QEMU as CPU ``model``."""
-    import os
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         wrapper = Path(tmp) / "python"
         wrapper.write_text(f'#!/bin/sh\nexec {QEMU} -cpu {model} {sys.executable} "$@"\n')
