@@ -450,9 +450,9 @@ def audit(paper: registry.Paper) -> int:
 
 def reproduce(paper: registry.Paper, model: str) -> int:
     """Re-run ``paper``'s stored quick record at seed 0 under QEMU as ``model``; exit 1 unless every number equals."""
-    from companion import fingerprint
+    from companion import evidence, fingerprint
 
-    path = registry.project_root() / "data" / "results" / paper.slug / "quick-seed0.json"
+    path = evidence.record_path(registry.project_root(), paper.slug, "quick", 0)
     if not path.exists():
         raise ParamError(f"--reproduce: {paper.slug} has no stored quick record at seed 0 ({path})")
     record = json.loads(path.read_text())

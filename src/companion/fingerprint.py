@@ -265,13 +265,13 @@ print(json.dumps([claims._jsonable(v.to_dict()) for v in verdicts]))
 
 def emulated_claims(module: str, preset: str, seed: int, threads: int, model: str) -> list[dict[str, Any]]:
     """The claims of paper ``module``'s ``preset`` at ``seed`` computed under QEMU as CPU ``model``."""
+    from companion.executor import THREAD_VARS
+
     with tempfile.TemporaryDirectory() as tmp:
         wrapper = Path(tmp) / "python"
         wrapper.write_text(f'#!/bin/sh\nexec {QEMU} -cpu {model} {sys.executable} "$@"\n')
         wrapper.chmod(0o755)
-        env = {**os.environ, "COMPANION_EMULATED_PYTHON": str(wrapper),
-               **{name: str(threads) for name in ("COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                  "OPENBLAS_NUM_THREADS")}}
+        env = {**os.environ, "COMPANION_EMULATED_PYTHON": str(wrapper), **dict.fromkeys(THREAD_VARS, str(threads))}
         run = subprocess.run([str(wrapper), "-c", _REPRODUCE, module, preset, str(seed)], capture_output=True,
                              text=True, env=env)
     if run.returncode:
