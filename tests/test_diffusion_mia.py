@@ -76,6 +76,21 @@ def test_ddim_one_step_formula_and_stride_errors():
         atk.variation_api(net, D, 90, 45, torch.Generator())  # 45 does not divide T = 1000
 
 
+def diffusers_denoise(sched, eps_fn, x: torch.Tensor, t: int, k: int) -> torch.Tensor:
+    """The DDIM loop through diffusers' own ``step`` (the reference for :meth:`Diffusion.ddim_denoise`)."""
+    for j in range(t, 0, -k):
+        out = sched.step(eps_fn(x, j), j, x, eta=0.0)
+        x = out.prev_sample if j > k else out.pred_original_sample
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_q_sample_equals_diffusers_add_noise(dtype):
+    x, eps = images().to(dtype), images(seed=1).to(dtype)
+    t = torch.arange(len(x)) * 60
+    assert torch.allclose(D.q_sample(x, t, eps), D.ddpm.add_noise(x, eps, t), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("t,k", [(100, 50), (200, 100), (110, 10)])
 def test_diffusers_ddim_step_matches_written_formula(t, k):
     from diffusers import DDIMScheduler
@@ -88,6 +103,7 @@ def test_diffusers_ddim_step_matches_written_formula(t, k):
     assert torch.allclose(sched.step(e, t, x, eta=0.0).prev_sample, ours, atol=1e-5)
     # a two-step denoise through our Diffusion equals two written-out moves, the last to alpha_bar = 1
     net = lambda z, j: e  # noqa: E731 - a constant noise prediction
+    assert torch.allclose(D.ddim_denoise(net, x, t, k), diffusers_denoise(sched, net, x, t, k), atol=1e-6)
     two = D.ddim_denoise(net, x, t, t // 2) if t % 2 == 0 and 1000 % (t // 2) == 0 else None
     if two is not None:
         mid = ddim_move(x, e, D.abar[t], D.abar[t // 2])

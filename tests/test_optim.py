@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from companion import fingerprint, numerics
-from companion.models import optim
+from companion.models import ieee, optim
 
 
 def _trained(optimizer: type[torch.optim.Optimizer], steps: int = 5) -> torch.Tensor:
@@ -63,11 +63,45 @@ def test_fr_geometry_ood_dcc_and_suitability_filter_train_without_a_vendor_depen
     assert not seen, dict(seen)
 
 
+def test_ieee_sqrt_is_the_square_root_without_a_vendor_dependent_kernel():
+    t = torch.cat([torch.rand(10_000, dtype=torch.float64) * 1e3, torch.tensor([0.0, 1.0, 4.0, float("inf")])])
+    for x in (t, t.float()):
+        with fingerprint.vendor_dependent_calls() as seen:
+            root = ieee.sqrt(x)
+            assert torch.equal(ieee.power(x, 0.5), root) and torch.equal(ieee.power(x, 2.0), x**2)
+        assert not seen
+        torch.testing.assert_close(root, torch.sqrt(x), rtol=2 * torch.finfo(x.dtype).eps, atol=0)
+        assert root[-4:].tolist() == [0.0, 1.0, 2.0, float("inf")]
+    assert torch.isnan(ieee.sqrt(torch.tensor([-1.0]))).all()
+    x = (torch.rand(20, dtype=torch.float64) + 0.1).requires_grad_(True)
+    assert torch.autograd.gradcheck(ieee.sqrt, (x,))
+
+
+def test_fdiv_losses_diffusion_mia_and_flat_influence_compute_without_a_vendor_dependent_kernel():
+    from companion.papers.diffusion_mia import ddpm
+    from companion.papers.fdiv_losses import experiment as fdiv
+    from companion.papers.fdiv_losses.fdivergence import get_divergence
+    from companion.papers.flat_influence.optimize import adam_descent
+
+    t = torch.rand(64, dtype=torch.float64) + 0.01
+    x = torch.rand(32, 8, generator=torch.Generator().manual_seed(0))
+    diffusion = ddpm.Diffusion(100)
+    with fingerprint.vendor_dependent_calls() as seen:
+        for name in ("hellinger", "alpha1.5"):
+            div = get_divergence(name)
+            div.f(t), div.fprime(t)
+        fdiv.train_classifier("hellinger", fdiv.digits_split(0), 16, 1, 1e-3, 0, 10, None)
+        model, _ = ddpm.train_ddpm(x, diffusion, hidden=16, blocks=1, steps=3, batch=8, lr=1e-3, seed=0)
+        diffusion.ddim_denoise(ddpm.mlp_eps_fn(model), diffusion.q_sample(x, 40, torch.randn_like(x)), 40, 20)
+        adam_descent(lambda th: (th**2).sum(), torch.ones(5), 3, 1e-2)
+    assert not seen, dict(seen)
+
+
 TRAIN = """
 import json, sys, torch
 from companion import numerics; numerics.apply()
 from companion import fingerprint
-from companion.models import optim
+from companion.models import ieee, optim
 torch.set_num_threads(2)
 def run(cls):
     torch.manual_seed(0)
@@ -77,7 +111,7 @@ def run(cls):
     for _ in range(100):
         opt.zero_grad(); torch.nn.functional.cross_entropy(m(x), y).backward(); opt.step()
     return fingerprint.digest(torch.cat([p.detach().ravel() for p in m.parameters()]))
-print(json.dumps([run(torch.optim.Adam), run(optim.Adam)]))
+print(json.dumps([run(torch.optim.Adam), run(optim.Adam), fingerprint.digest(ieee.sqrt(fingerprint._t(100_000).abs()))]))
 """
 
 
@@ -86,10 +120,10 @@ print(json.dumps([run(torch.optim.Adam), run(optim.Adam)]))
                     reason="needs qemu-x86_64 (QEMU 10; Debian: apt-get install -t bookworm-backports qemu-user)")
 def test_a_training_gives_the_same_bits_on_an_emulated_amd_cpu_only_with_the_fused_adam():
     """QEMU as an AMD EPYC computes rsqrtps in its own way, as a vendor does: torch's default Adam trains other
-    bits there than here, the fused one the same bits."""
+    bits there than here, the fused one the same bits; so does ieee.sqrt."""
     here = json.loads(subprocess.run([sys.executable, "-c", TRAIN], capture_output=True, text=True,
                                      check=True).stdout)
     there = json.loads(subprocess.run([fingerprint.QEMU, "-cpu", "EPYC-Rome", sys.executable, "-c", TRAIN],
                                       capture_output=True, text=True, check=True).stdout)
     assert here[0] != there[0]
-    assert here[1] == there[1]
+    assert here[1:] == there[1:], "the fused Adam and ieee.sqrt give the same bits on both vendors"

@@ -10,6 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import r2_score as sk_r2
 
+from companion.models import optim
 from companion.models.topk_sae import BatchNormTopKSAE, aux_codes, auxk_l1_loss
 from companion.params import ParamError
 from companion.papers import usae
@@ -187,13 +188,13 @@ def test_only_source_model_steps(update_all):
 
 
 def test_one_model_usae_is_a_plain_topk_sae():
-    # M = 1 against a plain TopK SAE loop written here (one AdamW, AuxK-L1, clipping, warm-up + cosine),
+    # M = 1 against a plain TopK SAE loop written here (one fused AdamW, AuxK-L1, clipping, warm-up + cosine),
     # fed the same full-batch row orders from the same generator.
     x = _toy_acts()[0]
     cfg = _cfg(batch_size=len(x), steps=40)
     usae_one = universal.train([x], cfg, torch.Generator().manual_seed(4), np.random.default_rng(4))[0]
     sae = BatchNormTopKSAE(x.shape[1], cfg.n_concepts, cfg.top_k, torch.Generator().manual_seed(4))
-    opt = torch.optim.AdamW(sae.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = optim.AdamW(sae.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     rng = np.random.default_rng(4)
     order = rng.permutation(len(x))
     for t in range(cfg.steps):

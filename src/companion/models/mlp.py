@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.models import optim
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -51,7 +53,7 @@ def _init_linear(layer: nn.Linear, generator: torch.Generator) -> None:
 def fit(model: nn.Module, X: np.ndarray, y: np.ndarray, epochs: int, generator: torch.Generator,
         lr: float = 1e-3, weight_decay: float = 0.0, batch: int = 128,
         loss: LossFn = nn.functional.cross_entropy,
-        optimizer: type[torch.optim.Optimizer] = torch.optim.Adam) -> nn.Module:
+        optimizer: type[torch.optim.Optimizer] = optim.Adam) -> nn.Module:
     """Minimise ``loss(model(x), y)`` over minibatches shuffled from ``generator``; eval mode after."""
     opt = optimizer(model.parameters(), lr=lr, weight_decay=weight_decay)
     Xt = torch.as_tensor(X, dtype=torch.float32)

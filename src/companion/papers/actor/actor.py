@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from companion.models import optim
 from companion.papers.actor import direction
 
 
@@ -146,7 +147,7 @@ def actor(model: nn.Module, layer: int, anchors_harmful: Queries, anchors_benign
     retain = train.mask.clone()
     retain[rows, train.read] = False
     params = train_only_block(model, layer)
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = optim.Adam(params, lr=lr)
     t: Tensor | None = None
     for epoch in range(epochs):
         if t is None or along is None:
@@ -187,7 +188,7 @@ def sft(model: nn.Module, ids: Tensor, labels: Tensor, steps: int, lr: float, la
     start = time.perf_counter()
     model.eval()
     params = train_only_block(model, layer) if layer is not None else list(model.parameters())
-    opt = torch.optim.Adam(params, lr=lr)
+    opt = optim.Adam(params, lr=lr)
     for _ in range(steps):
         loss = lm_loss(model, ids, labels)
         opt.zero_grad(set_to_none=True)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from companion.models import optim
 from companion.models.gpt2_pass import next_token_loss
 from companion.models.tiny_lm import tiny_gpt2
 from companion.papers.actor import language as lang
@@ -33,7 +34,7 @@ def train_base(model: nn.Module, data: lang.Batch, steps: int, batch_size: int, 
     ``<usr> F`` opening once per minibatch (``models.gpt2_pass``): the same loss to float rounding, a
     quarter less time per step than the full forward pass.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = optim.AdamW(model.parameters(), lr=lr)
     model.train()
     losses = []
     for _ in range(steps):

@@ -12,9 +12,10 @@ attack also at the official operating point (t, k) = (200, 100); network evaluat
 image per attack.
 
 Written by hand, because no library implements them: the attacks and their metrics (the ROC comes
-from scikit-learn), the epsilon-MLP and its training loop. The noise schedule, the forward noising
-and the DDIM sampling steps of the variation API are ``diffusers``' schedulers (``DDPMScheduler``,
-``DDIMScheduler``); the tests check them against the formulas written out in float64. This module
+from scikit-learn), the epsilon-MLP and its training loop. The noise schedule is ``diffusers``'
+``DDPMScheduler``; the forward noising and the DDIM sampling steps of the variation API are its
+``add_noise`` and ``DDIMScheduler.step`` with vendor-independent square roots (:mod:`.ddpm`); the tests
+check them against diffusers and the formulas written out in float64. This module
 holds the declarations; the experiment (:mod:`.experiment`), figures (:mod:`.plots`), attacks
 (:mod:`.attacks`), the DDPM (:mod:`.ddpm`) and the ``paper`` preset's loaders (:mod:`.paper_preset`)
 load on first use.

@@ -1,9 +1,11 @@
-"""A small DDPM: the noise schedule and DDIM steps of ``diffusers``, a residual-MLP epsilon-predictor.
+"""A small DDPM: the noise schedule of ``diffusers``, its noising and DDIM steps, a residual-MLP epsilon-predictor.
 
-The schedule (``alphas_cumprod``) and the forward noising come from ``diffusers.DDPMScheduler``, the
-deterministic sampling steps from ``diffusers.DDIMScheduler`` (eta = 0, no clipping); the same
-formulas written out in float64 (:func:`make_schedule`, :func:`ddim_move`) are what the tests check
-them against. The epsilon-network is the spec's residual MLP, trained to memorise its members.
+The schedule (``alphas_cumprod``) comes from ``diffusers.DDPMScheduler``. The forward noising is
+``DDPMScheduler.add_noise`` and the deterministic sampling step ``DDIMScheduler.step`` (eta = 0, no
+clipping, final alpha 1), written here with the schedule's square roots taken by :mod:`companion.models.ieee`:
+diffusers takes them with torch's ``pow(., 0.5)``, which goes through MKL's vendor-dependent ``vsSqrt``.
+The tests check both against diffusers and against the float64 formulas (:func:`make_schedule`,
+:func:`ddim_move`). The epsilon-network is the spec's residual MLP, trained to memorise its members.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Callable
 
 import numpy as np
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
+from diffusers import DDPMScheduler
 from torch import nn
 from tqdm import tqdm
+
+from companion.models import ieee, optim
 
 EpsFn = Callable[[torch.Tensor, int], torch.Tensor]
 
@@ -41,32 +45,25 @@ class Diffusion:
         self.config = dict(num_train_timesteps=T, beta_start=beta_1, beta_end=beta_T, beta_schedule="linear")
         self.ddpm = DDPMScheduler(**self.config)
         self.abar = self.ddpm.alphas_cumprod.double().numpy()  # float32 values from diffusers, as float64
-        self._ddim: dict[int, DDIMScheduler] = {}
-
-    def ddim(self, k: int) -> DDIMScheduler:
-        """A ``DDIMScheduler`` whose ``step`` moves ``k`` timesteps (eta 0, no clipping, final alpha 1)."""
-        if self.T % k:
-            raise ValueError(f"the DDIM stride k={k} must divide T={self.T}")
-        if k not in self._ddim:
-            s = DDIMScheduler(**self.config, clip_sample=False, set_alpha_to_one=True)
-            s.set_timesteps(self.T // k)
-            self._ddim[k] = s
-        return self._ddim[k]
 
     def q_sample(self, x0: torch.Tensor, t: torch.Tensor | int, eps: torch.Tensor) -> torch.Tensor:
         """``sqrt(abar_t) x0 + sqrt(1 - abar_t) eps`` (``DDPMScheduler.add_noise``), t per row or one int."""
         tt = torch.full((len(x0),), int(t), dtype=torch.long) if isinstance(t, int) else t
-        return self.ddpm.add_noise(x0, eps, tt)
+        abar = self.ddpm.alphas_cumprod.to(x0.dtype)[tt].reshape(-1, *[1] * (x0.ndim - 1))
+        return ieee.sqrt(abar) * x0 + ieee.sqrt(1 - abar) * eps
 
     def ddim_denoise(self, eps_fn: EpsFn, x_t: torch.Tensor, t: int, k: int) -> torch.Tensor:
-        """Deterministic DDIM from step ``t`` to 0 with stride ``k`` (j = t, t-k, ..., k); the last step
-        returns the predicted clean sample (alpha_bar_prev = 1)."""
+        """Deterministic DDIM (``DDIMScheduler.step``, eta 0) from step ``t`` to 0 with stride ``k``
+        (j = t, t-k, ..., k); the last step returns the predicted clean sample (alpha_bar_prev = 1)."""
         check_stride(t, k, self.T)
-        sched = self.ddim(k)
+        abar = self.ddpm.alphas_cumprod.to(x_t.dtype)
         x = x_t
         for j in range(t, 0, -k):
-            out = sched.step(eps_fn(x, j), j, x, eta=0.0)
-            x = out.prev_sample if j > k else out.pred_original_sample
+            eps = eps_fn(x, j)
+            x0 = (x - ieee.sqrt(1 - abar[j]) * eps) / ieee.sqrt(abar[j])
+            if j == k:
+                return x0
+            x = ieee.sqrt(abar[j - k]) * x0 + ieee.sqrt(1 - abar[j - k]) * eps
         return x
 
 
@@ -121,7 +118,7 @@ def train_ddpm(x_members: torch.Tensor, diffusion: Diffusion, *, hidden: int, bl
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = EpsMLP(x_members.shape[1], hidden, blocks)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     start, losses = time.process_time(), []

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.models import optim
 from companion.papers.diffusion_mia.attacks import mia_metrics
 
 
@@ -56,7 +57,7 @@ def nn_metrics(maps: torch.Tensor, n_members: int, seed: int, frac: float = 0.2,
     tr, te = train_split(n_members, len(x) - n_members, frac, seed)
     torch.manual_seed(seed)
     model = MapCNN(x.shape[1])
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = optim.Adam(model.parameters(), lr=lr)
     for _ in range(steps):
         loss = nn.functional.binary_cross_entropy_with_logits(model(x[tr]), y[tr])
         opt.zero_grad(set_to_none=True)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.models import optim
 from companion.models.mlp import FeatureMLP
 
 
@@ -101,7 +102,7 @@ class Sisa:
     def _fresh_shard(self, s: int, parts: list[np.ndarray]) -> Shard:
         """An untrained head and optimizer for shard ``s``."""
         model = new_head(self.E.shape[1], self.cfg, self.seed, s)
-        return Shard(parts, model, torch.optim.Adam(model.parameters(), lr=self.cfg.lr))
+        return Shard(parts, model, optim.Adam(model.parameters(), lr=self.cfg.lr))
 
     def _train_from(self, s: int, r0: int) -> int:
         """Train shard ``s`` over slices r0..R-1 (each on the union of slices so far), checkpointing before each."""
@@ -146,7 +147,7 @@ class Sisa:
 def train_full(E: np.ndarray, y: np.ndarray, cfg: HeadConfig, seed: int) -> tuple[nn.Module, int]:
     """Plain fine-tuning on all of D (exact unlearning = this again without the point); (head, examples processed)."""
     model = new_head(E.shape[1], cfg, seed, 99)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    opt = optim.Adam(model.parameters(), lr=cfg.lr)
     done = train_epochs(model, opt, torch.as_tensor(E, dtype=torch.float32), torch.as_tensor(y, dtype=torch.long),
                         cfg.epochs, cfg, seed, 99)
     return model, done

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.models import optim
+
 DummyFn = Callable[[int], np.ndarray]
 PenaltyFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -153,8 +155,8 @@ def fit(x: np.ndarray, y: np.ndarray, a: np.ndarray, dummies: DummyFn, cfg: Trai
     out_dim = 1 if regression else int(y.max()) + 1
     pred = make_predictor(x.shape[1], out_dim, cfg.predictor, gen)
     dis = make_discriminator(out_dim + a.shape[1] + 1, cfg.dis_hidden, gen)
-    opt_f = torch.optim.Adam(pred.parameters(), lr=cfg.lr_pred)
-    opt_d = torch.optim.Adam(dis.parameters(), lr=cfg.lr_dis)
+    opt_f = optim.Adam(pred.parameters(), lr=cfg.lr_pred)
+    opt_d = optim.Adam(dis.parameters(), lr=cfg.lr_dis)
     n, bs = len(x), cfg.batch_size
     stop = n if regression else n - n % bs
     use_dis = cfg.lam > 0 and penalty is None

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from companion.models import optim
+
 
 @dataclass(frozen=True)
 class GaussLinearYgivenA:
@@ -86,7 +88,7 @@ class SoftmaxYgivenA:
         with torch.no_grad():
             for p in self.net.parameters():
                 p.uniform_(-0.1, 0.1, generator=gen)
-        opt = torch.optim.Adam(self.net.parameters())
+        opt = optim.Adam(self.net.parameters())
         at = torch.as_tensor((a - self.mu) / self.sd, dtype=torch.float32)
         yt = torch.as_tensor(y, dtype=torch.long)
         n = len(y)
@@ -136,7 +138,7 @@ class MDN:
         order = torch.randperm(len(t), generator=gen)
         n_val = max(len(t) // 5, 1)
         val, fit = order[:n_val], order[n_val:]
-        opt = torch.optim.Adam(self.net.parameters(), lr=lr)
+        opt = optim.Adam(self.net.parameters(), lr=lr)
         best, best_state, since = float("inf"), None, 0
         for _ in range(steps):
             loss = -self._logpdf(t[fit], c[fit]).mean()

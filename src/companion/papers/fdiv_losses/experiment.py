@@ -21,6 +21,7 @@ from sklearn.preprocessing import StandardScaler
 from tqdm import tqdm
 
 from companion import runtime
+from companion.models import optim
 from companion.models.mlp import FeatureMLP, fit
 from companion.models.tiny_lm import tiny_gpt2
 from companion.papers.fdiv_losses import NEAR_BAYES_BAR, Params, paper_preset
@@ -174,7 +175,7 @@ def train_classifier(loss: str, data: tuple[np.ndarray, ...], hidden: int, epoch
     X_tr, _, _, y_tr, _, _ = data
     div, gen = get_divergence(loss), torch.Generator().manual_seed(seed)
     return fit(FeatureMLP((64, hidden), 10, gen), X_tr, y_tr, epochs, gen, lr, weight_decay=0.01,
-               loss=lambda z, target: fy_loss(div, z, target, q, iters).mean(), optimizer=torch.optim.AdamW)
+               loss=lambda z, target: fy_loss(div, z, target, q, iters).mean(), optimizer=optim.AdamW)
 
 
 def mlp_eval(model: torch.nn.Module, loss: str, X: np.ndarray, y: np.ndarray, q, iters: int) -> tuple[float, float]:
@@ -248,7 +249,7 @@ class LMTrainer:
         self.model = model or tiny_gpt2(source.vocab, layers or params.lm_layers, params.lm_dim, 4, 64, seed=seed)
         self.lr = params.lm_lrs[0] if lr is None else lr
         self.div, self.rng = get_divergence(loss), np.random.default_rng(seed + 10_000)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.01)
+        self.opt = optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.01)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_at(s, steps))
         self.eval_seqs, self.curve_every, self.keep_mid = eval_seqs, curve_every, keep_mid
         self.step, self.curve, self.mid = 0, [], {}

@@ -23,6 +23,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from companion.models import ieee
+
 Tensor = torch.Tensor
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def alpha_divergence(alpha: float) -> FDivergence:
     return FDivergence(
         name=f"alpha{a:g}",
         f=lambda t: (t**a - 1 - a * (t - 1)) / (a * (a - 1)),
-        fprime=lambda t: (t ** (a - 1) - 1) / (a - 1),
+        fprime=lambda t: (ieee.power(t, a - 1) - 1) / (a - 1),
         g=g if a > 1 else _clamped(g, u_sup),
         fsecond=lambda t: t ** (a - 2),
         f0=1.0 / a if a > 0 else math.inf,
@@ -97,7 +99,7 @@ REGISTRY: dict[str, FDivergence] = {
                       lambda t: torch.log(2 * t / (1 + t)),
                       _clamped(lambda u: torch.exp(u) / (2 - torch.exp(u)), math.log(2)),
                       lambda t: 1 / (t * (1 + t)), f0=math.log(2), u_sup=math.log(2)),
-    "hellinger": FDivergence("hellinger", lambda t: (torch.sqrt(t) - 1) ** 2, lambda t: 1 - t**-0.5,
+    "hellinger": FDivergence("hellinger", lambda t: (ieee.sqrt(t) - 1) ** 2, lambda t: 1 - t**-0.5,
                              _clamped(lambda u: (1 - u) ** -2, 1.0), lambda t: 0.5 * t**-1.5,
                              f0=1.0, u_sup=1.0),
     "chi2": FDivergence("chi2", lambda t: (t - 1) ** 2, lambda t: 2 * (t - 1),

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from companion.models import optim
 from companion.papers.fdiv_losses.fdivergence import fy_loss, get_divergence, softargmax
 
 EVAL_SHARE = 0.1  # the last tenth of the token stream is held out
@@ -109,7 +110,7 @@ def train(model: torch.nn.Module, loss: str, blocks: Blocks, steps: int, lr: flo
           seed: int, curve_every: int) -> list[dict[str, float]]:
     """AdamW with the FY loss of ``loss`` on random training blocks (order fixed by ``seed``); eval curve."""
     div, gen = get_divergence(loss), torch.Generator().manual_seed(seed + 10_000)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    opt = optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, max(1, steps // 20)))
     device = next(model.parameters()).device
     curve = []

@@ -13,6 +13,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from companion.models import optim
+
 LossFn = Callable[[Tensor], Tensor]  # flat theta -> scalar loss
 
 
@@ -52,7 +54,7 @@ def adam_descent(loss: LossFn, theta0: Tensor, steps: int, lr: float, method: st
     if method == "lpf" and generator is None:
         raise ValueError("LPF needs a torch.Generator for its weight noise")
     theta = theta0.detach().clone().requires_grad_(True)
-    opt = torch.optim.Adam([theta], lr=lr)
+    opt = optim.Adam([theta], lr=lr)
     marks: list[tuple[int, Tensor]] = [(0, theta0.detach().clone())] if every else []
     for step in range(1, steps + 1):
         if method == "erm":

@@ -12,8 +12,7 @@ from scipy.stats import spearmanr
 from threadpoolctl import threadpool_limits
 
 from companion import claims, runtime
-from companion.models import optim
-from companion.models.mlp import FeatureMLP, extract as mlp_features, fit
+from companion.models.mlp import extract as mlp_features, train_mlp
 from companion.params import ParamError
 from companion.papers.ood_dcc import EVERY_SEED, Params, digits_ood
 from companion.papers.ood_dcc.scores import (GaussianFit, auroc, energy, fpr_at_95_tpr, knn_score, min_score, msp,
@@ -49,9 +48,8 @@ def digits_bank(params: Params, seed: int) -> Bank:
     rng, tg = runtime.generators(seed)
     split = digits_ood.split_digits(params.id_classes, rng)
     oods = digits_ood.ood_sets(split, params.ood_sets, rng)
-    model = FeatureMLP((64, params.hidden, params.feat_dim), params.id_classes, tg)
-    fit(model, split.x_train / 16.0, split.y_train, params.epochs, tg, weight_decay=1e-4, batch=64,
-        optimizer=optim.Adam)
+    model = train_mlp(split.x_train / 16.0, split.y_train, (64, params.hidden, params.feat_dim),
+                      params.id_classes, tg, epochs=params.epochs)
     test = mlp_features(model, split.x_test / 16.0)
     n_rot = int(round(0.05 * len(split.x_train)))
     rot_idx = rng.choice(len(split.x_train), n_rot, replace=False)

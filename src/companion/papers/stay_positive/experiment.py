@@ -16,6 +16,7 @@ from torch import nn
 from tqdm import tqdm
 
 from companion import runtime
+from companion.models import optim
 from companion.papers.stay_positive import (BATCH, BOTH_Q, CLAIM_Q, CLAIM_WORLD, CLAIMS, EVERY_SEED, FAKE, HEAD_BATCH,
                                             HEAD_NAMES, HEADS, LR_STAGE1, N_VAL, NO_JPEG, PARTS_SETS, REAL, TRACE,
                                             TRACE_FAKE, Params)
@@ -127,7 +128,7 @@ def train_stage1(model: Detector, real: np.ndarray, fake: np.ndarray, epochs: in
     x = torch.cat([to_tensor(real), to_tensor(fake)])
     y = torch.cat([torch.full((len(real),), float(REAL)), torch.full((len(fake),), float(FAKE))])
     model.to(memory_format=torch.channels_last)  # ~1.5x faster small convs on CPU
-    opt = torch.optim.Adam(model.parameters(), lr=LR_STAGE1)
+    opt = optim.Adam(model.parameters(), lr=LR_STAGE1)
     model.train()
     for _ in range(epochs):
         order = torch.randperm(len(x), generator=gen)
@@ -175,7 +176,7 @@ def retrain_head(f_real: np.ndarray, f_fake: np.ndarray, constrain: bool, steps:
     head = nn.Linear(f.shape[1], 1)
     nn.init.zeros_(head.weight)
     nn.init.zeros_(head.bias)
-    opt = torch.optim.Adam(head.parameters(), lr=lr)
+    opt = optim.Adam(head.parameters(), lr=lr)
     if on_step:
         on_step(0, head)
     for t in range(steps):

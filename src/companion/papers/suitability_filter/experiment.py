@@ -23,7 +23,6 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from companion import claims, runtime
-from companion.models import optim
 from companion.models.mlp import FeatureMLP, fit, logits
 from companion.params import resolve_path
 from companion.papers.suitability_filter import CLAIMS, LOGIT_SCALE, SIGNALS, Params
@@ -188,7 +187,7 @@ def train_model(params: Params, rng: np.random.Generator, gen: torch.Generator
         task = make_task(params.n_classes, params.n_features, sep, params.domain_sigmas, rng)
         x, y, _ = sample(task, params.n_train, uniform(task), rng)
         net = fit(FeatureMLP((params.n_features, params.hidden, params.hidden), params.n_classes, gen),
-                  x, y, params.epochs, gen, optimizer=optim.Adam)
+                  x, y, params.epochs, gen)
         xv, yv, _ = sample(task, 2000, uniform(task), rng)
         acc = float(np.mean(logits(net, xv).argmax(1) == yv))
         if ACC_RANGE[0] <= acc <= ACC_RANGE[1] or attempt == 3:

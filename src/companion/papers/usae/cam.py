@@ -13,6 +13,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from companion.models import optim
+
 CAM_LR = 0.05
 L2_WEIGHT = 0.05
 TV_WEIGHT = 0.1
@@ -30,7 +32,7 @@ def maximise(pre_fn: Callable[[Tensor], Tensor], concept: int, steps: int, gen: 
     ``pre_fn`` maps images (n, h, w) to pre-codes (n, n_concepts).
     """
     x = (0.5 + 0.05 * torch.randn(1, *shape, generator=gen)).requires_grad_(True)
-    opt = torch.optim.Adam([x], lr=CAM_LR)
+    opt = optim.Adam([x], lr=CAM_LR)
     with torch.no_grad():
         start = float(pre_fn(x)[0, concept])
     for _ in range(steps):

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from companion.models import optim
 from companion.models.topk_sae import BatchNormTopKSAE, aux_codes, auxk_l1_loss
 
 
@@ -153,7 +154,7 @@ def train(acts: list[Tensor] | list[Rows], cfg: TrainConfig, gen: torch.Generato
           universal: bool = True) -> list[BatchNormTopKSAE]:
     """Train one SAE per model on aligned rows of ``acts`` ((N, d_m) tensors or :class:`Rows`) for ``cfg.steps``."""
     saes = [s.to(acts[0].device) for s in make_saes([a.shape[1] for a in acts], cfg, gen)]
-    opts = [torch.optim.AdamW(s.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for s in saes]
+    opts = [optim.AdamW(s.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay) for s in saes]
     used = [0] * len(saes)
     n = len(acts[0])
     order, pos = rng.permutation(n), 0
