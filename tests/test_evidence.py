@@ -89,6 +89,19 @@ def test_a_deliberately_edited_paper_module_makes_its_records_stale(tmp_path):
     assert current() == "False"
 
 
+def test_a_rerun_that_moved_only_its_timings_measured_the_same():
+    record = {"claims": [{"id": "a", "value": 0.5, "per_seed": [0.5], "controls": []}],
+              "metrics": {"auroc": 0.9, "seconds": {"fit": 1.0}, "timing": {"loop_s": 2.0, "ratio": 3.0},
+                          "sae": {"train_s": 4.0, "fvu": 0.1}, "wall_ratio_a_over_b": 2.0, "jac_speedup": 9.0,
+                          "seconds/train M": 0.3, "cpu_seconds": 5.0}}
+    timed = json.loads(json.dumps(record).replace("1.0", "1.5").replace("2.0", "2.5").replace("9.0", "8.0")
+                       .replace("4.0", "4.5").replace("0.3", "0.4").replace("5.0", "6.0"))
+    assert evidence.measured(timed) == evidence.measured(record)
+    assert evidence.untimed(record["metrics"]) == {"auroc": 0.9, "sae": {"fvu": 0.1}}
+    for moved in ({"auroc": 0.91}, {"sae": {"train_s": 4.0, "fvu": 0.2}}):
+        assert evidence.measured({**record, "metrics": {**record["metrics"], **moved}}) != evidence.measured(record)
+
+
 @pytest.mark.slow
 def test_verify_restamps_an_identical_rerun_and_a_failed_store_keeps_the_record(toy_project, capsys):
     import nbformat as nbf

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -292,12 +293,25 @@ def with_verdicts(nb: Any, claims: list[dict[str, Any]]) -> Any:
     return nb
 
 
+# A metric whose name says it is a time (``seconds``, ``train_s``, ``timing``, ``wall_ratio``, ``speedup``): the
+# machine's speed, not the method's result, so a re-run that moved only these reproduced the record.
+TIMING = re.compile(r"second|timing|wall|speedup|_s$|(^|_)time")
+
+
+def untimed(metrics: Any) -> Any:
+    """``metrics`` without the entries whose name is a time (:data:`TIMING`), at any depth."""
+    if isinstance(metrics, dict):
+        return {k: untimed(v) for k, v in metrics.items() if not TIMING.search(str(k))}
+    return metrics
+
+
 def measured(record: dict[str, Any]) -> tuple[Any, Any]:
-    """What a run measured, without its verdicts: each claim's (and control's) values, and the metrics."""
+    """What a run measured, without its verdicts: each claim's (and control's) values, and the metrics
+    except timings."""
     values = [(c["id"], c.get("value"), c.get("per_seed"),
                [(k["name"], k.get("value"), k.get("per_seed")) for k in c.get("controls", [])])
               for c in record["claims"]]
-    return values, record.get("metrics")
+    return values, untimed(record.get("metrics"))
 
 
 def restamped(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
