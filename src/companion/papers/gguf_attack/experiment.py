@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from companion import runtime
+from companion.models import optim
 from companion.models.tiny_lm import tiny_llama
 from companion.papers.gguf_attack import Params
 from companion.papers.gguf_attack import quants as gq
@@ -85,7 +86,7 @@ def train(model: torch.nn.Module, data: tuple[torch.Tensor, torch.Tensor], steps
     named = dict(model.named_parameters())
     for n, p in named.items():
         p.requires_grad_(only is None or n in only)
-    opt = torch.optim.AdamW([p for p in named.values() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+    opt = optim.AdamW([p for p in named.values() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     ids, labels = data
     losses = []

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from companion import runtime
-from companion.models import causal_lm
+from companion.models import causal_lm, optim
 from companion.params import resolve_path
 from companion.papers.gguf_attack import quants as gq
 from companion.papers.gguf_attack.boxes import Box, all_types_box, make_box, mirror
@@ -111,7 +111,7 @@ def finetune(model, data: tuple[torch.Tensor, ...], steps: int, lr: float, batch
     named = dict(model.named_parameters())
     for n, p in named.items():
         p.requires_grad_(only is None or n in only)
-    opt = torch.optim.AdamW([p for p in named.values() if p.requires_grad], lr=lr, weight_decay=0.0)
+    opt = optim.AdamW([p for p in named.values() if p.requires_grad], lr=lr, weight_decay=0.0)
     warm = max(1, math.ceil(0.03 * steps))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))

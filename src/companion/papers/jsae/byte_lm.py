@@ -15,8 +15,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import GPT2LMHeadModel
 
-from companion.papers.jsae.docstring_corpus import sample_windows
+from companion.models import optim
 from companion.models.tiny_lm import tiny_gpt2
+from companion.papers.jsae.docstring_corpus import sample_windows
 
 Replace = Callable[[Tensor], Tensor]
 
@@ -35,7 +36,7 @@ def train_byte_lm(model: GPT2LMHeadModel, data: np.ndarray, max_steps: int, rng:
     that quotes an LM's loss is reproduced by the stop rule rather than by a step count.
     """
     length = model.config.n_positions
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = optim.AdamW(model.parameters(), lr=lr)
     model.train()
     losses: list[float] = []
     while len(losses) < max_steps and not (len(losses) >= window and np.mean(losses[-window:]) <= target):

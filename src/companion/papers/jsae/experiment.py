@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
@@ -14,6 +15,7 @@ from tqdm import tqdm
 from torch import Tensor
 
 from companion import runtime
+from companion.models import optim
 from companion.models.topk_sae import TopKSAE, constrained_step, fvu
 from companion.papers.jsae import HI, TWIN, TWIN2, Params
 from companion.papers.jsae.byte_lm import block_mlp, byte_gpt2, mean_ce, mlp_io, train_byte_lm
@@ -197,7 +199,7 @@ def train_pair(x: Tensor, y: Tensor, mlp: Mlp, lam: float, params: Params, rng: 
     d, n, steps = x.shape[1], params.expansion * x.shape[1], params.sae_steps
     sae_x = TopKSAE(d, n, params.k, gen).to(x.device)
     sae_y = TopKSAE(d, n, params.k, gen).to(x.device)
-    opt = torch.optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=params.sae_lr)
+    opt = optim.Adam([*sae_x.parameters(), *sae_y.parameters()], lr=params.sae_lr)
     warm = max(1, steps // 20)
     dphi_all = None
     cache_bytes = x.shape[0] * mlp.w_in.shape[1] * x.element_size()
@@ -237,8 +239,8 @@ def collect(model: torch.nn.Module, layer: int, train_w: np.ndarray, eval_w: np.
     """MLP I/O of ``model`` on training and held-out windows, scaled to unit mean-square norm."""
     x, y = mlp_io(model, layer, train_w)
     x_eval, y_eval = mlp_io(model, layer, eval_w)
-    c_x = float(x.pow(2).sum(1).mean().div(x.shape[1]).sqrt()) if normalise else 1.0
-    c_y = float(y.pow(2).sum(1).mean().div(y.shape[1]).sqrt()) if normalise else 1.0
+    c_x = math.sqrt(float(x.pow(2).sum(1).mean().div(x.shape[1]))) if normalise else 1.0
+    c_y = math.sqrt(float(y.pow(2).sum(1).mean().div(y.shape[1]))) if normalise else 1.0
     mlp = folded_mlp(block_mlp(model, layer)[1], c_x, c_y, act)
     return Acts(x / c_x, y / c_y, x_eval / c_x, y_eval / c_y, mlp, c_x, c_y)
 
